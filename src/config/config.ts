@@ -1,0 +1,84 @@
+/**
+ * The proxy's configuration: one typed record with upstream kube-proxy's defaults.
+ *
+ * Everything that reads flags or a `KubeProxyConfiguration` file produces a {@link Config};
+ * nothing downstream reads flags or files itself.
+ *
+ * @module
+ */
+
+/** Which backend renders and applies the rules. */
+export type ProxyMode = "nft" | "iptables";
+
+/** How traffic from inside the cluster is told apart from traffic from outside. */
+export type DetectLocalMode =
+  | "ClusterCIDR"
+  | "NodeCIDR"
+  | "BridgeInterface"
+  | "InterfaceNamePrefix"
+  | "None";
+
+/** The whole configuration of one proxy process. */
+export interface Config {
+  /** Backend: `nft` (native) or `iptables` (classic KUBE-* layout). Default `nft`. */
+  mode: ProxyMode;
+  /** Name of this node; the Node object with this name supplies node IPs, zone and pod CIDRs. */
+  hostname: string;
+  /** Pod network CIDRs, at most one per IP family (upstream `clusterCIDR`, comma-separated). */
+  clusterCIDRs: string[];
+  /** Local-traffic detection mode (upstream `detectLocalMode`). Default `ClusterCIDR`. */
+  detectLocalMode: DetectLocalMode;
+  /** Bridge name for `BridgeInterface` mode (upstream `detectLocal.bridgeInterface`). */
+  bridgeInterface: string;
+  /** Interface prefix for `InterfaceNamePrefix` mode (upstream `detectLocal.interfaceNamePrefix`). */
+  interfaceNamePrefix: string;
+  /** CIDRs (or the word `primary`) whose local addresses accept NodePorts. Default: primary. */
+  nodePortAddresses: string[];
+  /** Masquerade every packet sent to a service IP. Default false. */
+  masqueradeAll: boolean;
+  /** Bit of the packet mark that requests masquerading. Default 14 (0x4000). */
+  masqueradeBit: number;
+  /** Least time between two syncs, in milliseconds. Default 1000. */
+  minSyncPeriodMs: number;
+  /** Longest time between two syncs (and the retry period after a failure), ms. Default 30000. */
+  syncPeriodMs: number;
+  /** Node IPs given explicitly (upstream `bindAddress` when not 0.0.0.0); else from the Node. */
+  bindAddress: string;
+  /** Address of the health server (`/healthz`, `/livez`). Default `0.0.0.0:10256`. */
+  healthzBindAddress: string;
+  /** Address of the metrics server (`/metrics`). Default `127.0.0.1:10249`. */
+  metricsBindAddress: string;
+  /** Name of the nft table (both `ip` and `ip6` families). Default `kube-nftproxy`. */
+  tableName: string;
+  /** Path of a kubeconfig file; empty means in-cluster or `master`. */
+  kubeconfig: string;
+  /** API server URL overriding the kubeconfig's. */
+  master: string;
+  /** Take objects from this YAML file instead of the API server. */
+  fromFile: string;
+  /** Log verbosity (upstream `-v`). Default 0. */
+  verbosity: number;
+}
+
+/** Upstream kube-proxy's defaults, adapted to this proxy. */
+export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze({
+  mode: "nft",
+  hostname: "",
+  clusterCIDRs: [],
+  detectLocalMode: "ClusterCIDR",
+  bridgeInterface: "",
+  interfaceNamePrefix: "",
+  nodePortAddresses: [],
+  masqueradeAll: false,
+  masqueradeBit: 14,
+  minSyncPeriodMs: 1000,
+  syncPeriodMs: 30000,
+  bindAddress: "",
+  healthzBindAddress: "0.0.0.0:10256",
+  metricsBindAddress: "127.0.0.1:10249",
+  tableName: "kube-nftproxy",
+  kubeconfig: "",
+  master: "",
+  fromFile: "",
+  verbosity: 0,
+} satisfies Config);
