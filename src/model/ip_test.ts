@@ -1,0 +1,43 @@
+import assert from "node:assert/strict";
+import { cidrContains, parseAddress, parseCIDR } from "./ip.ts";
+
+Deno.test("parseAddress() returns the canonical form and family", () => {
+  assert.deepEqual(parseAddress("10.96.0.1"), { ok: true, address: "10.96.0.1", family: "IPv4" });
+  assert.deepEqual(parseAddress("FD00:0:0::0001"), {
+    ok: true,
+    address: "fd00::1",
+    family: "IPv6",
+  });
+});
+
+Deno.test("parseAddress() refuses ambiguous and invalid text", () => {
+  for (const bad of ["10.0.0.300", "010.0.0.1", "::ffff:10.0.0.1", "", "1.2.3", "fe80::1%eth0"]) {
+    assert.equal(parseAddress(bad).ok, false, bad);
+  }
+  assert.equal(parseAddress(42).ok, false);
+  assert.equal(parseAddress(undefined).ok, false);
+});
+
+Deno.test("parseCIDR() trims whitespace and clears host bits", () => {
+  assert.deepEqual(parseCIDR(" 10.1.2.3/16 "), {
+    ok: true,
+    cidr: "10.1.0.0/16",
+    family: "IPv4",
+    network: "10.1.0.0",
+    prefix: 16,
+  });
+  const v6 = parseCIDR("fd00:10:244::1/56");
+  assert.equal(v6.ok && v6.cidr, "fd00:10:244::/56");
+});
+
+Deno.test("parseCIDR() refuses a missing or oversized prefix", () => {
+  for (const bad of ["10.0.0.0", "10.0.0.0/33", "fd00::/129", "10.0.0.0/x", "10.0.0.0/-1"]) {
+    assert.equal(parseCIDR(bad).ok, false, bad);
+  }
+});
+
+Deno.test("cidrContains() matches only addresses of the same family inside the range", () => {
+  assert.equal(cidrContains("10.244.0.0/16", "10.244.3.4"), true);
+  assert.equal(cidrContains("10.244.0.0/16", "10.245.0.1"), false);
+  assert.equal(cidrContains("fd00::/8", "10.0.0.1"), false);
+});
