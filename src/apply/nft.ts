@@ -1,0 +1,127 @@
+/**
+ * Running `nft`: applying a script as one transaction, checking one, listing and deleting our
+ * tables. Scripts always go through stdin, never through a shell or a command line.
+ *
+ * A rejected script changes nothing in the kernel (nft applies a file as one transaction); the
+ * error carries nft's stderr and the script line it complained about.
+ *
+ * @module
+ */
+
+/** How `nft` is run. */
+export interface NftRunnerOptions {
+  /** The nft binary. Default `nft`. */
+  nftPath?: string;
+  /** Run inside this network namespace (`ip netns exec NS nft …`); for tests. */
+  netns?: string;
+}
+
+/** `nft` rejected a script or could not be run. */
+export class NftApplyError extends Error {
+  /** 1-based line of the script nft complained about first, or 0. */
+  readonly line: number;
+  /** That line's text, or empty. */
+  readonly scriptLine: string;
+  /** nft's whole stderr. */
+  readonly stderr: string;
+
+  constructor(
+    message: string,
+    options: { line: number; scriptLine: string; stderr: string; cause?: unknown },
+  ) {
+    super(message, { cause: options.cause });
+    this.name = "NftApplyError";
+    this.line = options.line;
+    this.scriptLine = options.scriptLine;
+    this.stderr = options.stderr;
+  }
+}
+
+/** Result of running one `nft` command. */
+export interface NftResult {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs `nft` with arguments and optional stdin. */
+export async function runNft(
+  args: readonly string[],
+  options: NftRunnerOptions & { stdin?: string } = {},
+): Promise<NftResult> {
+  const nft = options.nftPath ?? "nft";
+  const [cmd, ...rest] = options.netns
+    ? ["ip", "netns", "exec", options.netns, nft, ...args]
+    : [nft, ...args];
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(cmd, {
+      args: rest,
+      stdin: options.stdin === undefined ? "null" : "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+  } catch (err) {
+    throw new NftApplyError(`cannot run ${nft}: ${(err as Error).message}`, {
+      line: 0,
+      scriptLine: "",
+      stderr: "",
+      cause: err,
+    });
+  }
+  if (options.stdin !== undefined) {
+    const writer = child.stdin.getWriter();
+    // nft may exit early on a bad script; a broken pipe then is not the error worth reporting.
+    await writer.write(new TextEncoder().encode(options.stdin)).catch(() => {});
+    await writer.close().catch(() => {});
+  }
+  const out = await child.output();
+  const decoder = new TextDecoder();
+  return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
+}
+
+/**
+ * Applies a script as one transaction (`nft -f -`). Throws {@link NftApplyError} naming the
+ * failing line when nft refuses it; the kernel is then unchanged.
+ *
+ * @example
+ * ```ts
+ * await applyNft("add table ip kube-nftproxy\n");
+ * ```
+ */
+export async function applyNft(script: string, options: NftRunnerOptions = {}): Promise<void> {
+  await runScript(["-f", "-"], script, options);
+}
+
+/** Checks a script without applying it (`nft -c -f -`). */
+export async function checkNft(script: string, options: NftRunnerOptions = {}): Promise<void> {
+  await runScript(["-c", "-f", "-"], script, options);
+}
+
+async function runScript(args: string[], script: string, options: NftRunnerOptions): Promise<void> {
+  const result = await runNft(args, { ...options, stdin: script });
+  if (result.code === 0) return;
+  const match = /(?:\/dev\/stdin|-):(\d+):/.exec(result.stderr);
+  const line = match ? Number(match[1]) : 0;
+  const scriptLine = line > 0 ? (script.split("\n")[line - 1] ?? "") : "";
+  const firstError = result.stderr.split("\n").find((l) => l.includes("Error")) ??
+    result.stderr.trim().split("\n")[0] ?? `exit code ${result.code}`;
+  const where = line > 0 ? ` at line ${line}: ${abbreviate(scriptLine)}` : "";
+  throw new NftApplyError(`nft refused the transaction${where} (${firstError.trim()})`, {
+    line,
+    scriptLine,
+    stderr: result.stderr,
+  });
+}
+
+/** Deletes our table in both families, if present. Other tables are never touched. */
+export async function deleteTables(table: string, options: NftRunnerOptions = {}): Promise<void> {
+  const script = ["ip", "ip6"]
+    .map((f) => `add table ${f} ${table}\ndelete table ${f} ${table}\n`)
+    .join("");
+  await applyNft(script, options);
+}
+
+function abbreviate(text: string): string {
+  return text.length > 200 ? `${text.slice(0, 197)}...` : text;
+}

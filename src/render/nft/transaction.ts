@@ -1,0 +1,151 @@
+/**
+ * The nft transaction builder: typed tables, chains, sets, maps and elements in, the exact
+ * `nft -f` script text out.
+ *
+ * Rule bodies are plain nft syntax (paste-able into `nft add rule`); everything else is typed.
+ * Element lists are split into several `add element` commands so no single command grows
+ * unboundedly; all commands still form one transaction.
+ *
+ * @module
+ */
+
+/** The nft families this proxy programs. */
+export type NftFamily = "ip" | "ip6";
+
+/** A base chain's hook. */
+export interface Hook {
+  readonly type: "filter" | "nat";
+  readonly hook: "prerouting" | "input" | "forward" | "output" | "postrouting";
+  /** A number or a standard priority name (`dstnat`, `srcnat`, `filter`). */
+  readonly priority: number | string;
+}
+
+/** A chain; base chains have a hook. */
+export interface ChainDef {
+  readonly name: string;
+  readonly hook?: Hook;
+  readonly comment?: string;
+}
+
+/** A named set or map. `type` is nft syntax after `type`/`typeof` (e.g. `ipv4_addr`). */
+export interface SetDef {
+  readonly kind: "set" | "map";
+  readonly name: string;
+  /** Either `type …` or `typeof …`, written out in full. */
+  readonly type: string;
+  readonly flags?: readonly string[];
+  readonly comment?: string;
+}
+
+/** One element of a set (key only) or map (key and value). */
+export interface ElementDef {
+  readonly set: string;
+  readonly key: string;
+  readonly value?: string;
+  readonly comment?: string;
+}
+
+/** How many elements go into one `add element` command. */
+const ELEMENTS_PER_COMMAND = 1000;
+
+/** Accumulates the commands of one transaction for one table. */
+export class Transaction {
+  readonly #lines: string[] = [];
+  readonly #prefix: string;
+
+  constructor(family: NftFamily, table: string) {
+    this.#prefix = `${family} ${table}`;
+  }
+
+  /** Number of commands so far. */
+  get size(): number {
+    return this.#lines.length;
+  }
+
+  /** `add table` (idempotent), with an optional comment. */
+  addTable(comment?: string): this {
+    this.#lines.push(`add table ${this.#prefix}${comment ? ` { comment "${comment}"; }` : ""}`);
+    return this;
+  }
+
+  /** `delete table` (the table must exist: add it first). */
+  deleteTable(): this {
+    this.#lines.push(`delete table ${this.#prefix}`);
+    return this;
+  }
+
+  /** `add chain`, idempotent for an identical definition. */
+  addChain(chain: ChainDef): this {
+    const parts: string[] = [];
+    if (chain.hook) {
+      const { type, hook, priority } = chain.hook;
+      parts.push(`type ${type} hook ${hook} priority ${priority}; policy accept;`);
+    }
+    if (chain.comment) parts.push(`comment "${chain.comment}";`);
+    this.#lines.push(
+      `add chain ${this.#prefix} ${chain.name}${parts.length ? ` { ${parts.join(" ")} }` : ""}`,
+    );
+    return this;
+  }
+
+  /** `flush chain`: removes every rule of the chain. */
+  flushChain(name: string): this {
+    this.#lines.push(`flush chain ${this.#prefix} ${name}`);
+    return this;
+  }
+
+  /** `delete chain` (the chain must have no rules and no references left). */
+  deleteChain(name: string): this {
+    this.#lines.push(`delete chain ${this.#prefix} ${name}`);
+    return this;
+  }
+
+  /** `add rule` with a body in plain nft syntax. */
+  addRule(chain: string, body: string): this {
+    this.#lines.push(`add rule ${this.#prefix} ${chain} ${body}`);
+    return this;
+  }
+
+  /** `add set` / `add map`, idempotent for an identical definition. */
+  addSet(set: SetDef): this {
+    const parts = [`${set.type};`];
+    if (set.flags?.length) parts.push(`flags ${set.flags.join(",")};`);
+    if (set.comment) parts.push(`comment "${set.comment}";`);
+    this.#lines.push(`add ${set.kind} ${this.#prefix} ${set.name} { ${parts.join(" ")} }`);
+    return this;
+  }
+
+  /** `flush set` / `flush map`: removes every element. */
+  flushSet(kind: "set" | "map", name: string): this {
+    this.#lines.push(`flush ${kind} ${this.#prefix} ${name}`);
+    return this;
+  }
+
+  /** `add element` commands for elements of one set, in batches. */
+  addElements(set: string, elements: readonly ElementDef[]): this {
+    return this.#elements("add", set, elements.map(formatElement));
+  }
+
+  /** `delete element` commands for the given keys of one set, in batches. */
+  deleteElements(set: string, keys: readonly string[]): this {
+    return this.#elements("delete", set, keys);
+  }
+
+  #elements(verb: string, set: string, items: readonly string[]): this {
+    for (let i = 0; i < items.length; i += ELEMENTS_PER_COMMAND) {
+      const batch = items.slice(i, i + ELEMENTS_PER_COMMAND).join(", ");
+      this.#lines.push(`${verb} element ${this.#prefix} ${set} { ${batch} }`);
+    }
+    return this;
+  }
+
+  /** The script: one command per line, ending in a newline (empty when there are none). */
+  toString(): string {
+    return this.#lines.length === 0 ? "" : `${this.#lines.join("\n")}\n`;
+  }
+}
+
+function formatElement(e: ElementDef): string {
+  const comment = e.comment ? ` comment "${e.comment}"` : "";
+  return e.value === undefined ? `${e.key}${comment}` : `${e.key}${comment} : ${e.value}`;
+}
