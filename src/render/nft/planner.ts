@@ -1,0 +1,64 @@
+/**
+ * The nft planner: both families' syncers behind one call, producing one script that updates
+ * the `ip` and `ip6` tables in a single transaction.
+ *
+ * @module
+ */
+import type { Config } from "../../config/config.ts";
+import type { NodeInfo } from "../../model/node.ts";
+import { nftRenderOptions } from "./options.ts";
+import { NftSyncer, type SyncInput, type SyncRequest } from "./syncer.ts";
+import type { NftFamily } from "./transaction.ts";
+
+/** Everything a plan is computed from. */
+export interface PlannerInput extends SyncInput {
+  readonly node: NodeInfo | null;
+  readonly serviceCIDRs: readonly string[];
+}
+
+/** One transaction for every family; {@link commit} once it was applied. */
+export interface Plan {
+  readonly script: string;
+  readonly full: boolean;
+  readonly servicePortsChanged: number;
+  commit(): void;
+}
+
+/** Renders state into transactions; implemented by each backend's planner. */
+export interface Planner {
+  plan(input: PlannerInput, request: SyncRequest): Plan;
+  /** Forget what was applied; the next plan re-creates everything. */
+  reset(): void;
+}
+
+const FAMILIES: readonly NftFamily[] = ["ip", "ip6"];
+
+/** Plans nft transactions for both families. */
+export class NftPlanner implements Planner {
+  readonly #config: Config;
+  readonly #syncers = new Map(FAMILIES.map((f) => [f, new NftSyncer()]));
+
+  constructor(config: Config) {
+    this.#config = config;
+  }
+
+  plan(input: PlannerInput, request: SyncRequest): Plan {
+    const plans = FAMILIES.map((family) =>
+      this.#syncers.get(family)!.plan(
+        input,
+        request,
+        nftRenderOptions(this.#config, input, family),
+      )
+    );
+    return {
+      script: plans.map((p) => p.script).join(""),
+      full: plans.some((p) => p.full),
+      servicePortsChanged: Math.max(...plans.map((p) => p.servicePortsChanged)),
+      commit: () => plans.forEach((p) => p.commit()),
+    };
+  }
+
+  reset(): void {
+    this.#syncers.forEach((s) => s.reset());
+  }
+}

@@ -1,0 +1,110 @@
+/**
+ * The sync loop: one sync takes the pending changes from the proxy state, plans one transaction
+ * and applies it; it decides between a partial and a full sync.
+ *
+ * A sync is full on the first run, after any failure (the kernel may hold something other than
+ * what was planned last), when something every service depends on changed (node, service
+ * CIDRs), and periodically (upstream's hourly re-assert). A sync with nothing to change sends
+ * nothing to the kernel.
+ *
+ * @module
+ */
+import type { Logger } from "../log.ts";
+import type { Planner } from "../render/nft/planner.ts";
+import type { ProxyState } from "../tracker/proxy_state.ts";
+import { type Clock, realClock } from "./clock.ts";
+
+/** Upstream's period of forced full syncs (`FullSyncPeriod`): one hour. */
+export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
+
+/** Options of a {@link SyncLoop}. */
+export interface SyncLoopOptions {
+  /** Renders state into scripts. */
+  planner: Planner;
+  /** Sends a script to the kernel as one transaction (or prints it, in dry-run mode). */
+  apply: (script: string) => Promise<void>;
+  log: Logger;
+  /** Default {@link realClock}. */
+  clock?: Clock;
+  /** Default {@link FULL_SYNC_PERIOD_MS}. */
+  fullSyncPeriodMs?: number;
+}
+
+/** What one sync did. */
+export interface SyncOutcome {
+  readonly full: boolean;
+  /** False when there was nothing to send. */
+  readonly applied: boolean;
+  readonly scriptBytes: number;
+  readonly servicePortsChanged: number;
+  readonly durationMs: number;
+}
+
+/** Runs syncs; each call of {@link sync} is one sync. Never call it concurrently. */
+export class SyncLoop {
+  readonly #state: ProxyState;
+  readonly #options: Required<SyncLoopOptions>;
+  #needFull = true;
+  #lastFullAt = -Infinity;
+  #lastSuccessAt: number | undefined;
+  #consecutiveFailures = 0;
+
+  constructor(state: ProxyState, options: SyncLoopOptions) {
+    this.#state = state;
+    this.#options = { clock: realClock, fullSyncPeriodMs: FULL_SYNC_PERIOD_MS, ...options };
+  }
+
+  /** Time of the last successful sync, if any. */
+  get lastSuccessAt(): number | undefined {
+    return this.#lastSuccessAt;
+  }
+
+  /** Failed syncs since the last success. */
+  get consecutiveFailures(): number {
+    return this.#consecutiveFailures;
+  }
+
+  /** Makes the next sync a full one. */
+  requestFullSync(): void {
+    this.#needFull = true;
+  }
+
+  /** Runs one sync. Throws when the transaction was refused (the kernel is then unchanged). */
+  async sync(): Promise<SyncOutcome> {
+    const { clock, planner, log } = this.#options;
+    const started = clock.now();
+    const changes = this.#state.takeChanges();
+    const full = this.#needFull || changes.global ||
+      started - this.#lastFullAt >= this.#options.fullSyncPeriodMs;
+    const plan = planner.plan(this.#state, { full, changed: changes.changed });
+    if (plan.script !== "") {
+      try {
+        await this.#options.apply(plan.script);
+      } catch (err) {
+        this.#needFull = true;
+        this.#consecutiveFailures++;
+        throw err;
+      }
+    }
+    plan.commit();
+    if (full) this.#lastFullAt = started;
+    this.#needFull = false;
+    this.#consecutiveFailures = 0;
+    this.#lastSuccessAt = clock.now();
+    const outcome: SyncOutcome = {
+      full,
+      applied: plan.script !== "",
+      scriptBytes: plan.script.length,
+      servicePortsChanged: plan.servicePortsChanged,
+      durationMs: clock.now() - started,
+    };
+    log.debug(
+      outcome.applied ? 1 : 4,
+      `synced ${
+        full ? "fully" : "partially"
+      }: ${outcome.servicePortsChanged} service ports changed, ` +
+        `${outcome.scriptBytes} bytes sent, ${outcome.durationMs} ms`,
+    );
+    return outcome;
+  }
+}
