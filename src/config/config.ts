@@ -61,24 +61,26 @@ export interface Config {
 }
 
 /** Upstream kube-proxy's defaults, adapted to this proxy. */
-export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze({
-  mode: "nft",
-  hostname: "",
-  clusterCIDRs: [],
-  detectLocalMode: "ClusterCIDR",
-  bridgeInterface: "",
-  interfaceNamePrefix: "",
-  nodePortAddresses: [],
-  masqueradeAll: false,
-  masqueradeBit: 14,
-  minSyncPeriodMs: 1000,
-  syncPeriodMs: 30000,
-  bindAddress: "",
-  healthzBindAddress: "0.0.0.0:10256",
-  metricsBindAddress: "127.0.0.1:10249",
-  tableName: "kube-nftproxy",
-  kubeconfig: "",
-  master: "",
-  fromFile: "",
-  verbosity: 0,
-} satisfies Config);
+export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze(
+  {
+    mode: "nft",
+    hostname: "",
+    clusterCIDRs: [],
+    detectLocalMode: "ClusterCIDR",
+    bridgeInterface: "",
+    interfaceNamePrefix: "",
+    nodePortAddresses: [],
+    masqueradeAll: false,
+    masqueradeBit: 14,
+    minSyncPeriodMs: 1000,
+    syncPeriodMs: 30000,
+    bindAddress: "",
+    healthzBindAddress: "0.0.0.0:10256",
+    metricsBindAddress: "127.0.0.1:10249",
+    tableName: "kube-nftproxy",
+    kubeconfig: "",
+    master: "",
+    fromFile: "",
+    verbosity: 0,
+  } satisfies Config,
+);

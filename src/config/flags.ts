@@ -1,0 +1,528 @@
+/**
+ * The command line (DESIGN.md §5): flags, the `--config` file and the environment → one
+ * validated {@link Config} plus the one-shot actions (`--once`, `--dry-run`, `--cleanup`, …).
+ *
+ * Precedence is defaults < `--config` file < flags actually given. Upstream kube-proxy's flag
+ * names are accepted with their meaning (`--proxy-mode`, `--cluster-cidr`, `-v`, …) and with
+ * pflag's habits: `--flag=value` or `--flag value`, booleans as `--once` or `--once=false`,
+ * list flags comma-separated and accumulated when repeated. The only I/O (reading the config
+ * file, `NODE_NAME`, the host name) is injected for tests.
+ *
+ * @module
+ */
+
+import { Command, CommanderError, Option } from "@commander-js/extra-typings";
+import { type Config, DEFAULT_CONFIG, type ProxyMode } from "./config.ts";
+import { ConfigError, invalidValue } from "./config_error.ts";
+import { formatGoDuration, parseGoDuration } from "./duration.ts";
+import { parseKubeProxyConfiguration } from "./kubeproxy_config.ts";
+import {
+  appendPortIfNeeded,
+  checkBindAddress,
+  checkClusterCIDRs,
+  checkHostPort,
+  checkMasqueradeBit,
+  checkMinSyncPeriod,
+  checkSyncPeriod,
+  checkTableName,
+  DEFAULT_PORTS,
+  describeField,
+  isUnspecifiedIP,
+  normalizeHostname,
+  parseUpstreamDetectLocalMode,
+  parseUpstreamProxyMode,
+  validateConfig,
+} from "./validation.ts";
+
+/** Re-exported for `--write-config-to`; defined in kubeproxy_config.ts. */
+export { toKubeProxyConfiguration } from "./kubeproxy_config.ts";
+
+/** What the command line asks for besides running the proxy. */
+export interface CommandLineActions {
+  /** `--once`: one full sync, then exit. */
+  once: boolean;
+  /** `--dry-run`: print the script instead of applying it. */
+  dryRun: boolean;
+  /** `--cleanup`: remove everything this proxy created, then exit. */
+  cleanup: boolean;
+  /** `--cleanup-iptables`: remove the KUBE-* iptables rules kube-proxy left, then exit. */
+  cleanupIptables: boolean;
+  /** `--write-config-to PATH`: write the configuration there and exit; "" when not asked. */
+  writeConfigTo: string;
+  /** `--version`: print the version and exit. */
+  showVersion: boolean;
+  /** `-h`/`--help`: print {@link helpText} and exit. */
+  showHelp: boolean;
+}
+
+/** The result of {@link parseCommandLine}. */
+export interface CommandLine {
+  /** The validated configuration (defaults only, unvalidated, when help or version is asked). */
+  config: Config;
+  /** The one-shot actions asked for. */
+  actions: CommandLineActions;
+}
+
+/** The I/O {@link parseCommandLine} needs, injectable for tests. */
+export interface ParseCommandLineOptions {
+  /** Reads the `--config` file. Default: `Deno.readTextFile`. */
+  readFile?: (path: string) => Promise<string>;
+  /** Reads an environment variable (`NODE_NAME`). Default: `Deno.env.get`. */
+  env?: (name: string) => string | undefined;
+  /** The machine's host name. Default: `Deno.hostname`. */
+  hostname?: () => string;
+}
+
+/**
+ * Parses the command line (`Deno.args`) into a validated {@link Config} and the actions asked
+ * for, reading `--config` if given.
+ *
+ * The node name is `--hostname-override`, else the file's `hostnameOverride`, else `NODE_NAME`,
+ * else the host name, trimmed and lowercased like kube-proxy does. With `--help` or
+ * `--version` nothing is read or validated. Throws {@link ConfigError} for an unknown flag, a
+ * bad value, an unreadable or invalid config file, or contradicting settings.
+ *
+ * @example
+ * ```ts
+ * const { config, actions } = await parseCommandLine(
+ *   ["--mode=iptables", "--config", "/var/lib/kube-proxy/config.conf", "--once"],
+ * );
+ * if (actions.once) console.log(`one sync in ${config.mode} mode`);
+ * ```
+ */
+export async function parseCommandLine(
+  argv: readonly string[],
+  options: ParseCommandLineOptions = {},
+): Promise<CommandLine> {
+  const program = buildProgram();
+  try {
+    program.parse([...argv], { from: "user" });
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      throw new ConfigError(`command line: ${error.message.replace(/^error: /, "")}`, {
+        cause: error,
+      });
+    }
+    throw error;
+  }
+  const flags = program.opts();
+  const actions: CommandLineActions = {
+    once: parseBooleanFlag("--once", flags.once),
+    dryRun: parseBooleanFlag("--dry-run", flags.dryRun),
+    cleanup: parseBooleanFlag("--cleanup", flags.cleanup),
+    cleanupIptables: parseBooleanFlag("--cleanup-iptables", flags.cleanupIptables),
+    writeConfigTo: flags.writeConfigTo ?? "",
+    showVersion: flags.version === true,
+    showHelp: flags.help === true,
+  };
+  if (actions.showHelp || actions.showVersion) {
+    return { config: copyConfig(DEFAULT_CONFIG), actions };
+  }
+
+  const flagMode = readModeFlags(flags.mode, flags.proxyMode);
+  const origins: Partial<Record<keyof Config, string>> = {};
+  let fromFile: Partial<Config> = {};
+  const configPath = flags.config ?? "";
+  if (configPath !== "") {
+    const readFile = options.readFile ?? ((path: string) => Deno.readTextFile(path));
+    let text: string;
+    try {
+      text = await readFile(configPath);
+    } catch (error) {
+      throw new ConfigError(`config ${configPath}: cannot read: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+    fromFile = parseKubeProxyConfiguration(text, { source: configPath, mode: flagMode });
+  }
+  const mode = flagMode ?? fromFile.mode ?? DEFAULT_CONFIG.mode;
+  for (const key of Object.keys(fromFile) as (keyof Config)[]) {
+    origins[key] = `config ${configPath}: ${describeField(key, mode).replace(/\/.*$/, "")}`;
+  }
+  const fromFlags = readValueFlags(flags, mode);
+  for (const [key, flag] of fromFlags.origins) origins[key] = `flag ${flag}`;
+
+  const config = copyConfig({ ...DEFAULT_CONFIG, ...fromFile, ...fromFlags.values, mode });
+  if (flagMode !== undefined) {
+    origins.mode = flags.mode !== undefined ? "flag --mode" : "flag --proxy-mode";
+  }
+  if (config.hostname === "") {
+    const env = options.env ?? ((name: string) => Deno.env.get(name));
+    config.hostname = normalizeHostname(env("NODE_NAME") ?? "");
+    origins.hostname = "environment NODE_NAME";
+    if (config.hostname === "") {
+      config.hostname = normalizeHostname((options.hostname ?? (() => Deno.hostname()))());
+      origins.hostname = "the host name";
+    }
+  }
+  return {
+    config: validateConfig(config, {
+      describe: (key) => origins[key] ?? `default ${describeField(key, config.mode)}`,
+    }),
+    actions,
+  };
+}
+
+/**
+ * The `--help` text: usage, then every flag with its meaning and default. Also what `main.ts`
+ * prints for `--help`, and what the docs are compared against.
+ *
+ * @example
+ * ```ts
+ * console.log(helpText());
+ * ```
+ */
+export function helpText(): string {
+  return buildProgram().helpInformation();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/** ` (default: …)` for a description, from the value in {@link DEFAULT_CONFIG}. */
+function byDefault(value: string | number | boolean): string {
+  return ` (default: ${value === "" ? '""' : value})`;
+}
+
+/** Collects repeated list flags, as pflag's string slices do: `--x a,b --x c` → "a,b", "c". */
+function collect(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), value];
+}
+
+function buildProgram() {
+  const d = DEFAULT_CONFIG;
+  const booleanFlag = <F extends string>(flags: F, description: string) =>
+    new Option<`${F} [bool]`>(`${flags} [bool]`, `${description}${byDefault(false)}`);
+  return new Command("kube-nftproxy")
+    .usage("[--mode=nft|iptables] [--config FILE] [flags]")
+    .description(
+      "A Kubernetes service proxy (kube-proxy replacement) programming nftables or iptables.\n" +
+        "Flags override the --config file, which overrides the defaults.",
+    )
+    .helpOption(false)
+    .exitOverride()
+    .configureOutput({ writeOut: () => {}, writeErr: () => {} })
+    .configureHelp({ helpWidth: 100 })
+    .allowExcessArguments(false)
+    .addOption(
+      new Option(
+        "--mode <mode>",
+        `backend: nft (native nftables) or iptables (classic KUBE-* chains)${byDefault(d.mode)}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--config <path>",
+        "read a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1), or a ConfigMap " +
+          'holding one under data["config.conf"] as kubeadm writes it',
+      ),
+    )
+    .addOption(
+      new Option(
+        "--from-file <path>",
+        "take Nodes, ServiceCIDRs, Services and EndpointSlices from this YAML file instead " +
+          "of the API server",
+      ),
+    )
+    .addOption(booleanFlag("--once", "do one full sync, then exit"))
+    .addOption(booleanFlag("--dry-run", "print the script instead of applying it"))
+    .addOption(booleanFlag("--cleanup", "remove everything this proxy created, then exit"))
+    .addOption(
+      new Option(
+        "--table-name <name>",
+        `name of the nft tables (ip and ip6)${byDefault(d.tableName)}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--proxy-mode <mode>",
+        'upstream spelling of --mode: nftables, iptables or "" (ipvs is not supported)',
+      ),
+    )
+    .addOption(
+      new Option(
+        "--kubeconfig <path>",
+        "kubeconfig file for the API server; empty means in-cluster config (or --master)",
+      ),
+    )
+    .addOption(new Option("--master <url>", "API server URL, overriding the kubeconfig's"))
+    .addOption(
+      new Option(
+        "--hostname-override <name>",
+        "name of this node's Node object (node IPs, zone, pod CIDRs) " +
+          "(default: $NODE_NAME, else the host name, lowercased)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--bind-address <ip>",
+        "this node's primary IP; 0.0.0.0 or :: means take the IPs from the Node object " +
+          "(nothing binds to it; the name is historical) (default: 0.0.0.0)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--cluster-cidr <cidrs>",
+        "pod network CIDRs, comma-separated, at most one per IP family; with " +
+          "--detect-local-mode=ClusterCIDR, traffic from them is local (default: none)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--nodeport-addresses <cidrs>",
+        "CIDRs, comma-separated, whose node addresses accept NodePorts, or 'primary' for the " +
+          "Node's primary IPs (default: primary)",
+      ).argParser(collect),
+    )
+    .addOption(booleanFlag("--masquerade-all", "SNAT all traffic sent to service IPs"))
+    .addOption(
+      new Option(
+        "--iptables-masquerade-bit <bit>",
+        `bit (0-31) of the packet mark asking for SNAT, in both modes${byDefault(d.masqueradeBit)}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--nftables-sync-period <duration>",
+        `nft mode: longest time between full syncs, and the retry period${
+          byDefault(formatGoDuration(d.syncPeriodMs))
+        }`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--nftables-min-sync-period <duration>",
+        `nft mode: shortest time between syncs${byDefault(formatGoDuration(d.minSyncPeriodMs))}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--iptables-sync-period <duration>",
+        `iptables mode: longest time between full syncs, and the retry period${
+          byDefault(formatGoDuration(d.syncPeriodMs))
+        }`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--iptables-min-sync-period <duration>",
+        `iptables mode: shortest time between syncs${
+          byDefault(formatGoDuration(d.minSyncPeriodMs))
+        }`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--healthz-bind-address <ip:port>",
+        `address of /healthz and /livez; a bare IP gets port ${DEFAULT_PORTS.healthz}; "" ` +
+          `disables${byDefault(d.healthzBindAddress)}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--metrics-bind-address <ip:port>",
+        `address of /metrics; a bare IP gets port ${DEFAULT_PORTS.metrics}; "" disables${
+          byDefault(d.metricsBindAddress)
+        }`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--detect-local-mode <mode>",
+        "how pod traffic is told from outside traffic: ClusterCIDR, NodeCIDR, " +
+          `BridgeInterface or InterfaceNamePrefix${byDefault(d.detectLocalMode)}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--pod-bridge-interface <name>",
+        "with --detect-local-mode=BridgeInterface: traffic from this bridge is local",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--pod-interface-name-prefix <prefix>",
+        "with --detect-local-mode=InterfaceNamePrefix: traffic from interfaces with this " +
+          "prefix is local",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--write-config-to <path>",
+        "write the resulting configuration there as a KubeProxyConfiguration, then exit",
+      ),
+    )
+    .addOption(
+      booleanFlag(
+        "--cleanup-iptables",
+        "remove the iptables rules (KUBE-* chains) kube-proxy left behind, then exit",
+      ),
+    )
+    .addOption(new Option("-v, --v <level>", `log verbosity${byDefault(d.verbosity)}`))
+    .addOption(new Option("-h, --help", "show this help and exit"))
+    .addOption(new Option("--version", "print the version and exit"));
+}
+
+type Flags = ReturnType<ReturnType<typeof buildProgram>["opts"]>;
+
+/** A boolean flag's value: absent → false, bare → true, else pflag's ParseBool spellings. */
+function parseBooleanFlag(flag: string, value: string | true | undefined): boolean {
+  if (value === undefined) return false;
+  if (value === true) return true;
+  if (["1", "t", "T", "true", "TRUE", "True"].includes(value)) return true;
+  if (["0", "f", "F", "false", "FALSE", "False"].includes(value)) return false;
+  throw invalidValue(`flag ${flag}`, value, { rule: "must be true or false" });
+}
+
+/** The mode set by `--mode` and/or `--proxy-mode`, which must agree. */
+function readModeFlags(
+  mode: string | undefined,
+  proxyMode: string | undefined,
+): ProxyMode | undefined {
+  if (mode !== undefined && mode !== "nft" && mode !== "iptables") {
+    throw invalidValue("flag --mode", mode, { rule: "must be nft or iptables" });
+  }
+  const upstream = proxyMode === undefined
+    ? undefined
+    : parseUpstreamProxyMode(proxyMode, "flag --proxy-mode");
+  if (mode !== undefined && upstream !== undefined && mode !== upstream) {
+    throw invalidValue("flag --proxy-mode", proxyMode, {
+      rule: `must agree with --mode=${mode} (give one of them)`,
+    });
+  }
+  return mode ?? upstream;
+}
+
+/** The values set by flags (other than the mode), each checked, and the flag behind each. */
+function readValueFlags(
+  flags: Flags,
+  mode: ProxyMode,
+): { values: Partial<Config>; origins: [keyof Config, string][] } {
+  const values: Partial<Config> = {};
+  const origins: [keyof Config, string][] = [];
+  const set = <K extends keyof Config>(key: K, value: Config[K], flag: string) => {
+    values[key] = value;
+    origins.push([key, flag]);
+  };
+  const check = (flag: string, value: unknown, rule: string | undefined) => {
+    if (rule !== undefined) throw invalidValue(`flag ${flag}`, value, { rule });
+  };
+
+  if (flags.hostnameOverride !== undefined) {
+    const hostname = normalizeHostname(flags.hostnameOverride);
+    if (hostname !== "") set("hostname", hostname, "--hostname-override");
+  }
+  if (flags.bindAddress !== undefined) {
+    const address = flags.bindAddress;
+    check(
+      "--bind-address",
+      address,
+      address === "" ? "must be an IP address" : checkBindAddress(address),
+    );
+    set("bindAddress", isUnspecifiedIP(address) ? "" : address, "--bind-address");
+  }
+  if (flags.clusterCidr !== undefined) {
+    const cidrs = flags.clusterCidr === "" ? [] : flags.clusterCidr.split(",");
+    check("--cluster-cidr", flags.clusterCidr, checkClusterCIDRs(cidrs));
+    set("clusterCIDRs", cidrs, "--cluster-cidr");
+  }
+  if (flags.nodeportAddresses !== undefined) {
+    const entries = flags.nodeportAddresses.flatMap((value) =>
+      value === "" ? [] : value.split(",")
+    );
+    set("nodePortAddresses", entries, "--nodeport-addresses");
+  }
+  if (flags.masqueradeAll !== undefined) {
+    set(
+      "masqueradeAll",
+      parseBooleanFlag("--masquerade-all", flags.masqueradeAll),
+      "--masquerade-all",
+    );
+  }
+  if (flags.iptablesMasqueradeBit !== undefined) {
+    const text = flags.iptablesMasqueradeBit;
+    const bit = /^[+-]?\d+$/.test(text) ? Number(text) : Number.NaN;
+    check("--iptables-masquerade-bit", Number.isNaN(bit) ? text : bit, checkMasqueradeBit(bit));
+    set("masqueradeBit", bit, "--iptables-masquerade-bit");
+  }
+  const durations = [
+    ["nftables", "sync", flags.nftablesSyncPeriod],
+    ["nftables", "min-sync", flags.nftablesMinSyncPeriod],
+    ["iptables", "sync", flags.iptablesSyncPeriod],
+    ["iptables", "min-sync", flags.iptablesMinSyncPeriod],
+  ] as const;
+  for (const [section, kind, text] of durations) {
+    if (text === undefined) continue;
+    const flag = `--${section}-${kind}-period`;
+    let ms: number;
+    try {
+      ms = parseGoDuration(text);
+    } catch (error) {
+      throw invalidValue(`flag ${flag}`, text, {
+        rule: `must be a duration such as 30s, 1m0s or 500ms (${(error as Error).message})`,
+        cause: error,
+      });
+    }
+    check(flag, text, kind === "sync" ? checkSyncPeriod(ms) : checkMinSyncPeriod(ms));
+    // Like upstream, the flags of the other mode's section are accepted but have no effect.
+    if (section !== (mode === "nft" ? "nftables" : "iptables")) continue;
+    set(kind === "sync" ? "syncPeriodMs" : "minSyncPeriodMs", ms, flag);
+  }
+  const servers = [
+    [
+      "healthzBindAddress",
+      "--healthz-bind-address",
+      flags.healthzBindAddress,
+      DEFAULT_PORTS.healthz,
+    ],
+    [
+      "metricsBindAddress",
+      "--metrics-bind-address",
+      flags.metricsBindAddress,
+      DEFAULT_PORTS.metrics,
+    ],
+  ] as const;
+  for (const [key, flag, text, port] of servers) {
+    if (text === undefined) continue;
+    const address = appendPortIfNeeded(text, port);
+    check(flag, text, checkHostPort(address));
+    set(key, address, flag);
+  }
+  if (flags.detectLocalMode !== undefined) {
+    const detectLocalMode = parseUpstreamDetectLocalMode(
+      flags.detectLocalMode,
+      "flag --detect-local-mode",
+    );
+    if (detectLocalMode !== undefined) {
+      set("detectLocalMode", detectLocalMode, "--detect-local-mode");
+    }
+  }
+  const strings = [
+    ["bridgeInterface", "--pod-bridge-interface", flags.podBridgeInterface],
+    ["interfaceNamePrefix", "--pod-interface-name-prefix", flags.podInterfaceNamePrefix],
+    ["kubeconfig", "--kubeconfig", flags.kubeconfig],
+    ["master", "--master", flags.master],
+    ["fromFile", "--from-file", flags.fromFile],
+  ] as const;
+  for (const [key, flag, text] of strings) {
+    if (text !== undefined) set(key, text, flag);
+  }
+  if (flags.tableName !== undefined) {
+    check("--table-name", flags.tableName, checkTableName(flags.tableName));
+    set("tableName", flags.tableName, "--table-name");
+  }
+  if (flags.v !== undefined) {
+    const text = flags.v.replace(/^=/, ""); // pflag reads `-v=2` as 2
+    check("-v", flags.v, /^\d+$/.test(text) ? undefined : "must be a whole number >= 0");
+    set("verbosity", Number(text), "-v");
+  }
+  return { values, origins };
+}
+
+/** A copy of `config` that shares no arrays with it. */
+function copyConfig(config: Readonly<Config>): Config {
+  return {
+    ...config,
+    clusterCIDRs: [...config.clusterCIDRs],
+    nodePortAddresses: [...config.nodePortAddresses],
+  };
+}

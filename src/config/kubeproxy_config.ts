@@ -1,0 +1,522 @@
+/**
+ * kube-proxy's configuration file, `KubeProxyConfiguration` (`kubeproxy.config.k8s.io/v1alpha1`),
+ * in both directions: the YAML text (or a kubeadm ConfigMap holding it) → the part of
+ * {@link Config} the file sets, and a {@link Config} → YAML that kube-proxy and this parser read.
+ *
+ * The file follows upstream's schema and decoding rules, quirks included:
+ * - unknown fields are refused, as upstream's strict decoding does; every upstream field this
+ *   proxy has no use for (conntrack, ipvs, winkernel, featureGates, …) is accepted and ignored;
+ * - Go zero values mean "unset, use the default": `syncPeriod: 0s`, `masqueradeAll: false`,
+ *   `healthzBindAddress: ""`, `bindAddress: 0.0.0.0`; a `null` masqueradeBit is the default 14
+ *   but `0` is bit 0 (it is a pointer upstream);
+ * - `masqueradeAll`, `masqueradeBit`, `syncPeriod` and `minSyncPeriod` come from the `iptables:`
+ *   or `nftables:` section of the mode in use; the other section is only type-checked;
+ * - a `null` duration is an error (`metav1.Duration` parses it as `""`), durations must be
+ *   strings, and YAML 1.1 booleans (`yes`, `off`) are booleans, as in Go's YAML reader.
+ *
+ * @module
+ */
+
+import { dump, load } from "js-yaml";
+import { type Config, DEFAULT_CONFIG, type ProxyMode } from "./config.ts";
+import { ConfigError, invalidValue } from "./config_error.ts";
+import { formatGoDuration, parseGoDuration } from "./duration.ts";
+import {
+  appendPortIfNeeded,
+  checkBindAddress,
+  checkClusterCIDRs,
+  checkHostPort,
+  checkMasqueradeBit,
+  checkMinSyncPeriod,
+  checkNodePortAddresses,
+  checkSyncPeriod,
+  checkVerbosity,
+  DEFAULT_PORTS,
+  ipFamily,
+  isUnspecifiedIP,
+  normalizeHostname,
+  parseUpstreamDetectLocalMode,
+  parseUpstreamProxyMode,
+} from "./validation.ts";
+
+/** The only `apiVersion` kube-proxy's configuration file has. */
+export const KUBE_PROXY_API_VERSION = "kubeproxy.config.k8s.io/v1alpha1";
+
+/** The ConfigMap key kubeadm stores the configuration under (`kube-system/kube-proxy`). */
+export const KUBEADM_CONFIG_KEY = "config.conf";
+
+/** Options of {@link parseKubeProxyConfiguration}. */
+export interface ParseKubeProxyConfigurationOptions {
+  /** Name of the file, shown in error messages as `config <source>: …`. Default: none. */
+  source?: string;
+  /**
+   * The mode the proxy will run in when it is already decided elsewhere (an explicit `--mode`);
+   * it picks the `iptables:` or `nftables:` section. Default: the file's own `mode`, or
+   * {@link DEFAULT_CONFIG}'s (`nft`) when the file leaves it empty.
+   */
+  mode?: ProxyMode;
+}
+
+/**
+ * Reads a `KubeProxyConfiguration` YAML document, or a ConfigMap holding one under
+ * `data["config.conf"]` (kubeadm's `kube-system/kube-proxy`), into the {@link Config} fields
+ * it sets. Fields the file leaves unset (absent, or Go's zero value) are absent from the result,
+ * so `{...DEFAULT_CONFIG, ...fromFile, ...fromFlags}` gives the right precedence.
+ *
+ * Each value is checked on its own; rules that tie fields together (minSyncPeriod ≤
+ * syncPeriod, an interface for BridgeInterface detection) are checked on the merged config by
+ * `validateConfig`. Throws {@link ConfigError} for invalid YAML, an unknown field, a wrong
+ * type, or a bad value.
+ *
+ * @example
+ * ```ts
+ * parseKubeProxyConfiguration(
+ *   "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n" +
+ *     "kind: KubeProxyConfiguration\n" +
+ *     "mode: nftables\n" +
+ *     "clusterCIDR: 10.244.0.0/16,fd00:10:244::/56\n" +
+ *     "nftables:\n  masqueradeAll: true\n  syncPeriod: 1m0s\n",
+ *   { source: "kube-proxy.yaml" },
+ * );
+ * // { mode: "nft", clusterCIDRs: ["10.244.0.0/16", "fd00:10:244::/56"],
+ * //   masqueradeAll: true, syncPeriodMs: 60000 }
+ * ```
+ */
+export function parseKubeProxyConfiguration(
+  text: string,
+  options: ParseKubeProxyConfigurationOptions = {},
+): Partial<Config> {
+  const where = options.source === undefined ? "config" : `config ${options.source}`;
+  const document = loadYaml(text, where);
+  if (isMapping(document) && document.kind === "ConfigMap") {
+    const inner = configMapPayload(document, where);
+    return readKubeProxyConfiguration(loadYaml(inner.text, inner.where), inner.where, options);
+  }
+  return readKubeProxyConfiguration(document, where, options);
+}
+
+/** Options of {@link toKubeProxyConfiguration}. */
+export interface ToKubeProxyConfigurationOptions {
+  /**
+   * The `hostnameOverride` to write. Pass `""` for a file meant for every node (the name then
+   * comes from `--hostname-override`, `NODE_NAME` or the host name). Default: `config.hostname`.
+   */
+  hostnameOverride?: string;
+}
+
+/**
+ * Writes `config` as a `KubeProxyConfiguration` (`--write-config-to`) that both kube-proxy and
+ * {@link parseKubeProxyConfiguration} read back to the same values.
+ *
+ * Both the `iptables:` and the `nftables:` sections carry the masquerade and sync settings, so
+ * the file means the same whichever mode later reads it. What the format cannot say is noted in
+ * comments at the top: flag-only settings (`--table-name`, `--master`, `--from-file`), a
+ * minSyncPeriod of 0 and disabled servers (upstream reads `0s` and `""` as "use the default").
+ * `detectLocalMode: None` is written as `ClusterCIDR` with an empty `clusterCIDR`, which means
+ * the same upstream: no local-traffic detection.
+ *
+ * @example
+ * ```ts
+ * const yaml = toKubeProxyConfiguration({ ...DEFAULT_CONFIG, hostname: "node-1" });
+ * parseKubeProxyConfiguration(yaml).hostname; // "node-1"
+ * ```
+ */
+export function toKubeProxyConfiguration(
+  config: Config,
+  options: ToKubeProxyConfigurationOptions = {},
+): string {
+  const section = {
+    masqueradeAll: config.masqueradeAll,
+    masqueradeBit: config.masqueradeBit,
+    minSyncPeriod: formatGoDuration(config.minSyncPeriodMs),
+    syncPeriod: formatGoDuration(config.syncPeriodMs),
+  };
+  const noDetector = config.detectLocalMode === "None";
+  const document = {
+    apiVersion: KUBE_PROXY_API_VERSION,
+    kind: "KubeProxyConfiguration",
+    bindAddress: config.bindAddress === "" ? "0.0.0.0" : config.bindAddress,
+    clientConnection: { kubeconfig: config.kubeconfig },
+    clusterCIDR: noDetector ? "" : config.clusterCIDRs.join(","),
+    detectLocal: {
+      bridgeInterface: config.bridgeInterface,
+      interfaceNamePrefix: config.interfaceNamePrefix,
+    },
+    detectLocalMode: noDetector ? "ClusterCIDR" : config.detectLocalMode,
+    healthzBindAddress: config.healthzBindAddress,
+    hostnameOverride: options.hostnameOverride ?? config.hostname,
+    iptables: section,
+    logging: { verbosity: config.verbosity },
+    metricsBindAddress: config.metricsBindAddress,
+    mode: config.mode === "nft" ? "nftables" : "iptables",
+    nftables: section,
+    nodePortAddresses: config.nodePortAddresses.length === 0 ? null : config.nodePortAddresses,
+  };
+  const notes = ["Written by kube-nftproxy --write-config-to; kube-proxy reads it as well."];
+  const flagOnly = [
+    ["--table-name", config.tableName !== DEFAULT_CONFIG.tableName, config.tableName],
+    ["--master", config.master !== "", config.master],
+    ["--from-file", config.fromFile !== "", config.fromFile],
+  ].filter(([, differs]) => differs).map(([flag, , value]) => `${flag}=${value}`);
+  if (flagOnly.length > 0) notes.push(`Not expressible here, pass as flags: ${flagOnly.join(" ")}`);
+  if (config.minSyncPeriodMs === 0) {
+    notes.push("minSyncPeriod 0 is read as the default (1s); pass --*-min-sync-period=0.");
+  }
+  for (
+    const [name, value] of [["healthz", config.healthzBindAddress], [
+      "metrics",
+      config.metricsBindAddress,
+    ]]
+  ) {
+    if (value === "") notes.push(`The ${name} server is disabled; "" is read as the default.`);
+  }
+  const header = notes.map((note) => `# ${note}\n`).join("");
+  return header + dump(document, { lineWidth: -1, noRefs: true, quoteStyle: "double" });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+type Mapping = Record<string, unknown>;
+
+/** Every field of v1alpha1 `KubeProxyConfiguration`, used or not (strict decoding). */
+const TOP_LEVEL_FIELDS: ReadonlySet<string> = new Set([
+  "apiVersion",
+  "kind",
+  "featureGates",
+  "clientConnection",
+  "logging",
+  "hostnameOverride",
+  "bindAddress",
+  "healthzBindAddress",
+  "metricsBindAddress",
+  "bindAddressHardFail",
+  "enableProfiling",
+  "showHiddenMetricsForVersion",
+  "mode",
+  "iptables",
+  "ipvs",
+  "nftables",
+  "winkernel",
+  "detectLocalMode",
+  "detectLocal",
+  "clusterCIDR",
+  "nodePortAddresses",
+  "oomScoreAdj",
+  "conntrack",
+  "configSyncPeriod",
+  "portRange",
+  "windowsRunAsService",
+]);
+
+/** Fields of each section this proxy reads; sections it ignores are only checked to be maps. */
+const SECTION_FIELDS: Readonly<Record<string, ReadonlySet<string>>> = {
+  iptables: new Set([
+    "masqueradeBit",
+    "masqueradeAll",
+    "localhostNodePorts",
+    "snatNodeInternalIP",
+    "syncPeriod",
+    "minSyncPeriod",
+  ]),
+  nftables: new Set(["masqueradeBit", "masqueradeAll", "syncPeriod", "minSyncPeriod"]),
+  detectLocal: new Set(["bridgeInterface", "interfaceNamePrefix"]),
+  clientConnection: new Set(["kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"]),
+  logging: new Set(["format", "flushFrequency", "verbosity", "vmodule", "options"]),
+};
+
+/** Ignored upstream fields that hold a map; anything but a map (or null) is a type error. */
+const IGNORED_MAPPING_FIELDS = ["featureGates", "ipvs", "winkernel", "conntrack"] as const;
+
+/** YAML 1.1 booleans, which Go's YAML reader (and so kube-proxy) accepts. */
+const YAML11_BOOLEANS: ReadonlyMap<string, boolean> = new Map(
+  [
+    ...["y", "Y", "yes", "Yes", "YES", "on", "On", "ON"].map((word) => [word, true] as const),
+    ...["n", "N", "no", "No", "NO", "off", "Off", "OFF"].map((word) => [word, false] as const),
+  ],
+);
+
+const DURATION_RULE = "must be a duration such as 30s, 1m0s or 500ms";
+
+function loadYaml(text: string, where: string): unknown {
+  // js-yaml refuses an empty stream; kube-proxy reads it as an empty object (then no kind).
+  if (text.split("\n").every((line) => /^\s*(#.*)?$/.test(line))) return null;
+  try {
+    return load(text);
+  } catch (error) {
+    const detail = error instanceof Error ? error.message.split("\n")[0] : String(error);
+    throw new ConfigError(`${where}: not valid YAML: ${detail}`, { cause: error });
+  }
+}
+
+function isMapping(value: unknown): value is Mapping {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** The `KubeProxyConfiguration` text inside a ConfigMap, as kubeadm lays it out. */
+function configMapPayload(configMap: Mapping, where: string): { text: string; where: string } {
+  const data = configMap.data;
+  if (!isMapping(data)) {
+    throw new ConfigError(
+      `${where}: ConfigMap has no data; ` +
+        `expected data["${KUBEADM_CONFIG_KEY}"] holding a KubeProxyConfiguration`,
+      { field: `${where}: data` },
+    );
+  }
+  const keys = Object.keys(data);
+  const key = KUBEADM_CONFIG_KEY in data ? KUBEADM_CONFIG_KEY : keys.length === 1 ? keys[0] : "";
+  if (key === "") {
+    throw new ConfigError(
+      `${where}: ConfigMap has no data["${KUBEADM_CONFIG_KEY}"] (keys: ${keys.join(", ")}); ` +
+        "expected the KubeProxyConfiguration under that key, as kubeadm writes it",
+      { field: `${where}: data` },
+    );
+  }
+  const text = data[key];
+  if (typeof text !== "string") {
+    throw invalidValue(`${where}: data["${key}"]`, text, { rule: "must be a string" });
+  }
+  return { text, where: `${where} (ConfigMap key ${key})` };
+}
+
+/** Typed access to one mapping of the document, naming fields by their path in errors. */
+class Fields {
+  constructor(
+    private readonly mapping: Mapping,
+    private readonly where: string,
+    private readonly prefix: string,
+  ) {}
+
+  /** `where: path.to.key`, the name of a field in messages. */
+  name(key: string): string {
+    return `${this.where}: ${this.prefix}${key}`;
+  }
+
+  /** Refuses keys outside `allowed`, as upstream's strict decoding does. */
+  rejectUnknown(allowed: ReadonlySet<string>): void {
+    for (const key of Object.keys(this.mapping)) {
+      if (!allowed.has(key)) {
+        throw new ConfigError(
+          `${this.where}: unknown field "${this.prefix}${key}" ` +
+            `(not part of ${KUBE_PROXY_API_VERSION} KubeProxyConfiguration)`,
+          { field: this.name(key) },
+        );
+      }
+    }
+  }
+
+  fail(key: string, rule: string, cause?: unknown): never {
+    throw invalidValue(this.name(key), this.mapping[key], { rule, cause });
+  }
+
+  /** A nested mapping; absent or null reads as empty. */
+  section(key: string): Fields {
+    const value = this.mapping[key];
+    if (value === undefined || value === null) {
+      return new Fields({}, this.where, `${this.prefix}${key}.`);
+    }
+    if (!isMapping(value)) this.fail(key, "must be a mapping");
+    return new Fields(value, this.where, `${this.prefix}${key}.`);
+  }
+
+  /** A string; absent or null reads as "". */
+  string(key: string): string {
+    const value = this.mapping[key];
+    if (value === undefined || value === null) return "";
+    if (typeof value !== "string") this.fail(key, "must be a string");
+    return value;
+  }
+
+  /** A boolean (YAML 1.1 words included); absent or null reads as false. */
+  boolean(key: string): boolean {
+    const value = this.mapping[key];
+    if (value === undefined || value === null) return false;
+    if (typeof value === "boolean") return value;
+    const word = typeof value === "string" ? YAML11_BOOLEANS.get(value) : undefined;
+    if (word === undefined) this.fail(key, "must be true or false");
+    return word;
+  }
+
+  /** A whole number; absent or null reads as undefined (a nil pointer upstream). */
+  integer(key: string): number | undefined {
+    const value = this.mapping[key];
+    if (value === undefined || value === null) return undefined;
+    if (typeof value !== "number" || !Number.isSafeInteger(value)) {
+      this.fail(key, "must be a whole number");
+    }
+    return value;
+  }
+
+  /** A list of strings; absent or null reads as []. */
+  strings(key: string): string[] {
+    const value = this.mapping[key];
+    if (value === undefined || value === null) return [];
+    if (!Array.isArray(value) || !value.every((item) => typeof item === "string")) {
+      this.fail(key, "must be a list of strings");
+    }
+    return value;
+  }
+
+  /** A Go duration string in ms; absent reads as 0, null fails as it does upstream. */
+  duration(key: string): number {
+    const value = this.mapping[key];
+    if (value === undefined) return 0;
+    if (typeof value !== "string" && value !== null) this.fail(key, `${DURATION_RULE} (quoted)`);
+    try {
+      return parseGoDuration(value ?? "");
+    } catch (error) {
+      this.fail(key, `${DURATION_RULE} (${(error as Error).message})`, error);
+    }
+  }
+}
+
+function readKubeProxyConfiguration(
+  document: unknown,
+  where: string,
+  options: ParseKubeProxyConfigurationOptions,
+): Partial<Config> {
+  if (!isMapping(document)) {
+    const got = document === null || document === undefined
+      ? "an empty document"
+      : Array.isArray(document)
+      ? "a list"
+      : `${typeof document} ${JSON.stringify(document)}`;
+    throw new ConfigError(
+      `${where}: must be a KubeProxyConfiguration (a YAML mapping), got ${got}`,
+    );
+  }
+  const top = new Fields(document, where, "");
+  if (document.apiVersion !== KUBE_PROXY_API_VERSION) {
+    top.fail("apiVersion", `must be ${KUBE_PROXY_API_VERSION}`);
+  }
+  if (document.kind !== "KubeProxyConfiguration") {
+    top.fail(
+      "kind",
+      "must be KubeProxyConfiguration " +
+        `(or a ConfigMap holding one under data["${KUBEADM_CONFIG_KEY}"])`,
+    );
+  }
+  top.rejectUnknown(TOP_LEVEL_FIELDS);
+  for (const key of IGNORED_MAPPING_FIELDS) top.section(key);
+
+  const result: Partial<Config> = {};
+  const fileMode = parseUpstreamProxyMode(top.string("mode"), top.name("mode"));
+  if (fileMode !== undefined) result.mode = fileMode;
+  const mode = options.mode ?? fileMode ?? DEFAULT_CONFIG.mode;
+
+  const hostname = normalizeHostname(top.string("hostnameOverride"));
+  if (hostname !== "") result.hostname = hostname;
+
+  const bindAddress = top.string("bindAddress");
+  if (bindAddress !== "") {
+    const rule = checkBindAddress(bindAddress);
+    if (rule !== undefined) top.fail("bindAddress", rule);
+    if (!isUnspecifiedIP(bindAddress)) result.bindAddress = bindAddress;
+  }
+  // Upstream defaults the servers to IPv6 wildcards/loopback when bindAddress is IPv6.
+  const ipv6 = bindAddress !== "" && ipFamily(bindAddress) === 6;
+  const servers = [
+    ["healthzBindAddress", DEFAULT_PORTS.healthz, "[::]"],
+    ["metricsBindAddress", DEFAULT_PORTS.metrics, "[::1]"],
+  ] as const;
+  for (const [key, port, ipv6Host] of servers) {
+    const raw = top.string(key);
+    if (raw === "") {
+      if (ipv6) result[key] = `${ipv6Host}:${port}`;
+      continue;
+    }
+    const address = appendPortIfNeeded(raw, port);
+    const rule = checkHostPort(address);
+    if (rule !== undefined) top.fail(key, rule);
+    result[key] = address;
+  }
+
+  const clusterCIDR = top.string("clusterCIDR");
+  if (clusterCIDR !== "") {
+    const cidrs = clusterCIDR.split(",");
+    const rule = checkClusterCIDRs(cidrs);
+    if (rule !== undefined) top.fail("clusterCIDR", rule);
+    result.clusterCIDRs = cidrs;
+  }
+
+  const detectLocalMode = parseUpstreamDetectLocalMode(
+    top.string("detectLocalMode"),
+    top.name("detectLocalMode"),
+  );
+  if (detectLocalMode !== undefined) result.detectLocalMode = detectLocalMode;
+  const detectLocal = top.section("detectLocal");
+  detectLocal.rejectUnknown(SECTION_FIELDS.detectLocal);
+  const bridgeInterface = detectLocal.string("bridgeInterface");
+  if (bridgeInterface !== "") result.bridgeInterface = bridgeInterface;
+  const interfaceNamePrefix = detectLocal.string("interfaceNamePrefix");
+  if (interfaceNamePrefix !== "") result.interfaceNamePrefix = interfaceNamePrefix;
+
+  const nodePortAddresses = top.strings("nodePortAddresses");
+  const badEntry = checkNodePortAddresses(nodePortAddresses);
+  if (badEntry !== undefined) {
+    throw invalidValue(
+      `${top.name("nodePortAddresses")}[${badEntry.index}]`,
+      nodePortAddresses[badEntry.index],
+      { rule: badEntry.rule },
+    );
+  }
+  if (nodePortAddresses.length > 0) result.nodePortAddresses = nodePortAddresses;
+
+  Object.assign(result, readBackendSections(top, mode));
+
+  const clientConnection = top.section("clientConnection");
+  clientConnection.rejectUnknown(SECTION_FIELDS.clientConnection);
+  const kubeconfig = clientConnection.string("kubeconfig");
+  if (kubeconfig !== "") result.kubeconfig = kubeconfig;
+
+  const logging = top.section("logging");
+  logging.rejectUnknown(SECTION_FIELDS.logging);
+  const verbosity = logging.integer("verbosity");
+  if (verbosity !== undefined) {
+    const rule = checkVerbosity(verbosity);
+    if (rule !== undefined) logging.fail("verbosity", rule);
+    if (verbosity > 0) result.verbosity = verbosity;
+  }
+  return result;
+}
+
+/**
+ * The masquerade and sync settings from the section of `mode`. Both sections are type-checked;
+ * values are validated as upstream does: `iptables.masqueradeBit` always, the rest only in the
+ * section in use.
+ */
+function readBackendSections(top: Fields, mode: ProxyMode): Partial<Config> {
+  const result: Partial<Config> = {};
+  for (const name of ["iptables", "nftables"] as const) {
+    const section = top.section(name);
+    section.rejectUnknown(SECTION_FIELDS[name]);
+    const masqueradeAll = section.boolean("masqueradeAll");
+    const masqueradeBit = section.integer("masqueradeBit");
+    const syncPeriodMs = section.duration("syncPeriod");
+    const minSyncPeriodMs = section.duration("minSyncPeriod");
+    if (name === "iptables") {
+      section.boolean("localhostNodePorts");
+      section.boolean("snatNodeInternalIP");
+    }
+    const inUse = name === (mode === "nft" ? "nftables" : "iptables");
+    if (masqueradeBit !== undefined && (inUse || name === "iptables")) {
+      const rule = checkMasqueradeBit(masqueradeBit);
+      if (rule !== undefined) section.fail("masqueradeBit", rule);
+    }
+    if (!inUse) continue;
+    // Zero durations are unset: upstream's defaulting turns them into 30s and 1s.
+    if (syncPeriodMs !== 0) {
+      const rule = checkSyncPeriod(syncPeriodMs);
+      if (rule !== undefined) section.fail("syncPeriod", rule);
+      result.syncPeriodMs = syncPeriodMs;
+    }
+    if (minSyncPeriodMs !== 0) {
+      const rule = checkMinSyncPeriod(minSyncPeriodMs);
+      if (rule !== undefined) section.fail("minSyncPeriod", rule);
+      result.minSyncPeriodMs = minSyncPeriodMs;
+    }
+    if (masqueradeAll) result.masqueradeAll = true;
+    if (masqueradeBit !== undefined) result.masqueradeBit = masqueradeBit;
+  }
+  return result;
+}
