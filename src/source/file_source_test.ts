@@ -1,0 +1,610 @@
+import assert from "node:assert/strict";
+import type { ObjectEvent, SourceHandler } from "./events.ts";
+import {
+  ClusterFileError,
+  FileSource,
+  type FileSourceOptions,
+  parseClusterFile,
+} from "./file_source.ts";
+
+const FIXTURE = new URL("../../tests/fixtures/file-source-cluster.yaml", import.meta.url);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+function service(name: string, port: number, namespace = "default"): string {
+  return `apiVersion: v1
+kind: Service
+metadata:
+  namespace: ${namespace}
+  name: ${name}
+spec:
+  clusterIP: 10.96.0.${port % 250}
+  ports:
+    - port: ${port}
+      protocol: TCP
+`;
+}
+
+function node(name: string, ip: string): string {
+  return `apiVersion: v1
+kind: Node
+metadata:
+  name: ${name}
+status:
+  addresses:
+    - type: InternalIP
+      address: ${ip}
+`;
+}
+
+function slice(name: string, serviceName: string, ip: string): string {
+  return `apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  namespace: default
+  name: ${name}
+  labels:
+    kubernetes.io/service-name: ${serviceName}
+addressType: IPv4
+endpoints:
+  - addresses: [${ip}]
+    conditions: {ready: true}
+`;
+}
+
+function stream(...documents: string[]): string {
+  return documents.join("---\n");
+}
+
+/** The name of an event's object, and what happened to it. */
+function summary(event: ObjectEvent): string {
+  const object = event.current ?? event.previous;
+  const metadata = object?.metadata as { namespace?: string; name?: string };
+  const what = event.previous === undefined
+    ? "add"
+    : event.current === undefined
+    ? "delete"
+    : "update";
+  const namespace = metadata.namespace === undefined ? "" : `${metadata.namespace}/`;
+  return `${what} ${event.kind} ${namespace}${metadata.name}`;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Polls `condition` every 10 ms; fails after `timeoutMs` (never waits without bound). */
+async function waitFor(what: string, condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    }
+    await sleep(10);
+  }
+}
+
+async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "file-source-test-" });
+  try {
+    await fn(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** Replaces `path` the way editors do: write a sibling file, then rename it over `path`. */
+async function replaceByRename(path: string, text: string): Promise<void> {
+  const temporary = `${path}.tmp-${crypto.randomUUID()}`;
+  await Deno.writeTextFile(temporary, text);
+  await Deno.rename(temporary, path);
+}
+
+interface Harness {
+  source: FileSource;
+  events: ObjectEvent[];
+  logs: string[];
+  synced: () => number;
+  /** How many reads of the file have completed. */
+  reads: () => number;
+  /** Waits until the source has read the file once more, plus a moment to apply it. */
+  nextRead: (what: string) => Promise<void>;
+}
+
+/** Starts a FileSource on `path`, recording events, onSynced calls, log lines and reads. */
+async function startSource(path: string, options: FileSourceOptions = {}): Promise<Harness> {
+  const events: ObjectEvent[] = [];
+  const logs: string[] = [];
+  let synced = 0;
+  let reads = 0;
+  const handler: SourceHandler = {
+    onEvent: (event) => events.push(event),
+    onSynced: () => synced++,
+  };
+  const source = new FileSource(path, {
+    pollIntervalMs: 60_000,
+    log: (line) => logs.push(line),
+    readFile: async (p) => {
+      const text = await Deno.readTextFile(p);
+      reads++;
+      return text;
+    },
+    ...options,
+  });
+  await source.start(handler);
+  return {
+    source,
+    events,
+    logs,
+    synced: () => synced,
+    reads: () => reads,
+    nextRead: async (what) => {
+      const seen = reads;
+      await waitFor(what, () => reads > seen);
+      await sleep(20);
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// parseClusterFile()
+
+Deno.test("parseClusterFile() accepts every object of the fixture cluster", async () => {
+  const { objects, skipped } = parseClusterFile(await Deno.readTextFile(FIXTURE));
+  assert.deepEqual(skipped, []);
+  assert.deepEqual([...objects.keys()], [
+    "Node/node-a",
+    "ServiceCIDR/kubernetes",
+    "Service/default/web",
+    "Service/kube-system/kube-dns",
+    "EndpointSlice/default/web-abc12",
+    "EndpointSlice/kube-system/kube-dns-x7k2p",
+  ]);
+  const nodeA = objects.get("Node/node-a")!;
+  assert.equal(nodeA.kind, "Node");
+  assert.deepEqual((nodeA.object.status as { addresses: unknown[] }).addresses[0], {
+    type: "InternalIP",
+    address: "192.168.77.1",
+  });
+});
+
+Deno.test("parseClusterFile() flattens a v1 List and ignores empty documents", () => {
+  const list = `apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: Node
+    metadata: {name: node-b}
+  - apiVersion: v1
+    kind: Service
+    metadata: {namespace: default, name: api}
+`;
+  const { objects, skipped } = parseClusterFile(
+    `---\n---\n${list}---\n# nothing\n---\n${node("node-c", "192.168.77.3")}`,
+  );
+  assert.deepEqual(skipped, []);
+  assert.deepEqual([...objects.keys()], ["Node/node-b", "Service/default/api", "Node/node-c"]);
+  assert.equal(objects.get("Service/default/api")?.kind, "Service");
+});
+
+Deno.test("parseClusterFile() accepts an empty file and a v1 List without items", () => {
+  assert.equal(parseClusterFile("").objects.size, 0);
+  assert.equal(parseClusterFile("# only a comment\n").objects.size, 0);
+  const { objects, skipped } = parseClusterFile("apiVersion: v1\nkind: List\nitems: []\n");
+  assert.equal(objects.size, 0);
+  assert.deepEqual(skipped, []);
+});
+
+Deno.test("parseClusterFile() skips unknown kinds and apiVersions with one line each", () => {
+  const deployment = `apiVersion: apps/v1
+kind: Deployment
+metadata: {namespace: default, name: web}
+`;
+  const oldSlice = `apiVersion: discovery.k8s.io/v1beta1
+kind: EndpointSlice
+metadata: {namespace: default, name: web-1}
+`;
+  const listItem = "apiVersion: v1\nkind: List\nitems:\n" +
+    "  - {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}\n";
+  const { objects, skipped } = parseClusterFile(
+    stream(service("web", 80), deployment, oldSlice, listItem, "just text\n", "- a\n- b\n"),
+  );
+  assert.deepEqual([...objects.keys()], ["Service/default/web"]);
+  assert.deepEqual(skipped, [
+    "skipping document 2 (apps/v1 Deployment default/web): kind not used by the proxy",
+    "skipping document 3 (discovery.k8s.io/v1beta1 EndpointSlice default/web-1): apiVersion " +
+    "discovery.k8s.io/v1beta1 is not supported for EndpointSlice, use discovery.k8s.io/v1",
+    "skipping document 4 item 1 (v1 ConfigMap c): kind not used by the proxy",
+    "skipping document 5: not a Kubernetes object but a string",
+    "skipping document 6: not a Kubernetes object but a list",
+  ]);
+});
+
+Deno.test("parseClusterFile() accepts networking.k8s.io/v1beta1 ServiceCIDRs", () => {
+  const { objects } = parseClusterFile(
+    "apiVersion: networking.k8s.io/v1beta1\nkind: ServiceCIDR\n" +
+      "metadata: {name: extra}\nspec: {cidrs: [10.97.0.0/16]}\n",
+  );
+  assert.equal(objects.get("ServiceCIDR/extra")?.kind, "ServiceCIDR");
+});
+
+Deno.test("parseClusterFile() skips a document without metadata.name", () => {
+  const { objects, skipped } = parseClusterFile(
+    stream(
+      "apiVersion: v1\nkind: Service\nmetadata: {namespace: default}\n",
+      "apiVersion: v1\nkind: Node\n",
+    ),
+  );
+  assert.equal(objects.size, 0);
+  assert.deepEqual(skipped, [
+    "skipping document 1 (v1 Service default/<no name>): metadata.name is missing or empty",
+    "skipping document 2 (v1 Node <no name>): metadata is missing",
+  ]);
+});
+
+Deno.test("parseClusterFile() puts a namespaced object without a namespace in default", () => {
+  const { objects } = parseClusterFile("apiVersion: v1\nkind: Service\nmetadata: {name: web}\n");
+  const web = objects.get("Service/default/web");
+  assert.deepEqual(web?.object.metadata, { name: "web", namespace: "default" });
+});
+
+Deno.test("parseClusterFile() keeps the last of two objects with the same key and says so", () => {
+  const { objects, skipped } = parseClusterFile(
+    stream(service("web", 80), node("node-a", "192.168.77.1"), service("web", 8080)),
+  );
+  assert.deepEqual([...objects.keys()], ["Node/node-a", "Service/default/web"]);
+  const spec = objects.get("Service/default/web")?.object.spec as { ports: { port: number }[] };
+  assert.equal(spec.ports[0].port, 8080);
+  assert.deepEqual(skipped, [
+    "skipping document 1 (v1 Service default/web): " +
+    "document 3 has the same key Service/default/web, the last one wins",
+  ]);
+});
+
+Deno.test("parseClusterFile() throws ClusterFileError naming file, line and column", () => {
+  const text = "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-a\n   labels: {}\n";
+  assert.throws(
+    () => parseClusterFile(text, { source: "/etc/cluster.yaml" }),
+    (e: unknown) => {
+      assert.ok(e instanceof ClusterFileError);
+      assert.equal(e.name, "ClusterFileError");
+      assert.equal(e.file, "/etc/cluster.yaml");
+      assert.equal(e.line, 5);
+      assert.equal(e.column, 10);
+      assert.match(
+        e.message,
+        /^cannot parse cluster file \/etc\/cluster\.yaml: line 5, column 10: /,
+      );
+      assert.ok(!e.message.includes("\n"), "the message is one line");
+      return true;
+    },
+  );
+});
+
+Deno.test("parseClusterFile() treats a duplicate mapping key as a syntax error", () => {
+  assert.throws(
+    () => parseClusterFile("apiVersion: v1\nkind: Node\nkind: Node\n", { source: "c.yaml" }),
+    (e: unknown) => e instanceof ClusterFileError && e.line === 3 && e.message.includes("c.yaml"),
+  );
+});
+
+// ---------------------------------------------------------------------------------------------
+// FileSource
+
+Deno.test("FileSource.start() emits an add per object, then onSynced() once", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.copyFile(FIXTURE, path);
+    const h = await startSource(path);
+    try {
+      assert.deepEqual(h.events.map(summary), [
+        "add Node node-a",
+        "add ServiceCIDR kubernetes",
+        "add Service default/web",
+        "add Service kube-system/kube-dns",
+        "add EndpointSlice default/web-abc12",
+        "add EndpointSlice kube-system/kube-dns-x7k2p",
+      ]);
+      assert.equal(h.synced(), 1);
+      assert.deepEqual(h.logs, []);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource.start() emits the items of a v1 List", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(
+      path,
+      "apiVersion: v1\nkind: List\nitems:\n" +
+        "  - {apiVersion: v1, kind: Service, metadata: {namespace: default, name: web}}\n" +
+        "  - {apiVersion: v1, kind: Node, metadata: {name: node-a}}\n",
+    );
+    const h = await startSource(path);
+    try {
+      assert.deepEqual(h.events.map(summary), ["add Service default/web", "add Node node-a"]);
+      assert.equal(h.synced(), 1);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource.start() skips an unknown kind with one log line", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    const deployment =
+      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {namespace: default, name: web}\n";
+    await Deno.writeTextFile(path, stream(service("web", 80), deployment));
+    const h = await startSource(path);
+    try {
+      assert.deepEqual(h.events.map(summary), ["add Service default/web"]);
+      assert.deepEqual(h.logs, [
+        `${path}: skipping document 2 (apps/v1 Deployment default/web): kind not used by the proxy`,
+      ]);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource.start() throws ClusterFileError with the line of broken YAML", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    // Line 16 is indented one space too far.
+    await Deno.writeTextFile(
+      path,
+      `${service("web", 80)}---\napiVersion: v1\nkind: Node\nmetadata:\n  name: a\n   labels: {}\n`,
+    );
+    const events: ObjectEvent[] = [];
+    const source = new FileSource(path, { log: () => {} });
+    await assert.rejects(
+      source.start({ onEvent: (e) => events.push(e), onSynced: () => {} }),
+      (e: unknown) =>
+        e instanceof ClusterFileError && e.line === 16 && e.message.includes(path) &&
+        e.message.includes("line 16"),
+    );
+    assert.deepEqual(events, []);
+    await source.stop();
+  });
+});
+
+Deno.test("FileSource.start() throws ClusterFileError when the file is missing", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/missing.yaml`;
+    const source = new FileSource(path, { log: () => {} });
+    await assert.rejects(
+      source.start({ onEvent: () => {}, onSynced: () => {} }),
+      (e: unknown) =>
+        e instanceof ClusterFileError && e.cause instanceof Deno.errors.NotFound &&
+        e.message.startsWith(`cannot read cluster file ${path}: `),
+    );
+    await source.stop();
+  });
+});
+
+Deno.test("FileSource emits update, add, delete for changed, new, removed objects", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(
+      path,
+      stream(
+        node("node-a", "192.168.77.1"),
+        service("web", 80),
+        service("api", 90),
+        slice("web-1", "web", "10.244.1.10"),
+      ),
+    );
+    const h = await startSource(path);
+    try {
+      const addedWeb = h.events[1];
+      h.events.length = 0;
+      await Deno.writeTextFile(
+        path,
+        stream(
+          node("node-a", "192.168.77.1"),
+          service("web", 81),
+          slice("web-1", "web", "10.244.1.10"),
+          service("db", 5432),
+        ),
+      );
+      await waitFor("three events", () => h.events.length >= 3);
+      await sleep(250);
+      assert.deepEqual(h.events.map(summary), [
+        "update Service default/web",
+        "add Service default/db",
+        "delete Service default/api",
+      ]);
+      const [update, , remove] = h.events;
+      assert.equal(update.previous, addedWeb.current, "previous is the object emitted before");
+      assert.deepEqual((update.current?.spec as { ports: { port: number }[] }).ports[0].port, 81);
+      assert.equal(remove.current, undefined);
+      assert.equal(h.synced(), 1, "onSynced() is not called again");
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource emits nothing and logs the line when an edit breaks the YAML", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, stream(service("web", 80), service("api", 90)));
+    const h = await startSource(path);
+    try {
+      h.events.length = 0;
+      await Deno.writeTextFile(path, `${service("web", 81)}  oops: [\n`);
+      await waitFor("a log line", () => h.logs.length > 0);
+      await sleep(200);
+      assert.deepEqual(h.events, []);
+      assert.equal(h.logs.length, 1);
+      assert.match(
+        h.logs[0],
+        new RegExp(
+          `^cannot parse cluster file ${path}: line 12, column 1: .*; ` +
+            "keeping the 2 objects read last$",
+        ),
+      );
+      // Fixed again: the difference is taken against the objects before the broken edit.
+      await Deno.writeTextFile(path, service("web", 81));
+      await waitFor("two events", () => h.events.length >= 2);
+      await sleep(200);
+      assert.deepEqual(h.events.map(summary), [
+        "update Service default/web",
+        "delete Service default/api",
+      ]);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource emits nothing when the file is touched or rewritten unchanged", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    const text = stream(node("node-a", "192.168.77.1"), service("web", 80));
+    await Deno.writeTextFile(path, text);
+    const h = await startSource(path);
+    try {
+      h.events.length = 0;
+      const touched = h.nextRead("the re-read after a touch");
+      const now = new Date();
+      await Deno.utime(path, now, now);
+      await touched;
+      const rewritten = h.nextRead("the re-read after a rewrite");
+      await replaceByRename(path, text);
+      await rewritten;
+      // The same objects with other key order and formatting are still the same objects.
+      const reformatted = h.nextRead("the re-read after reformatting");
+      await Deno.writeTextFile(
+        path,
+        [
+          "# node first",
+          "kind: Node",
+          "apiVersion: v1",
+          "status: {addresses: [{address: 192.168.77.1, type: InternalIP}]}",
+          "metadata: {name: node-a}",
+          "---",
+          `{"spec": {"ports": [{"protocol": "TCP", "port": 80}], "clusterIP": "10.96.0.80"},`,
+          ` "metadata": {"name": "web", "namespace": "default"}, "kind": "Service",`,
+          ` "apiVersion": "v1"}`,
+          "",
+        ].join("\n"),
+      );
+      await reformatted;
+      assert.deepEqual(h.events, []);
+      assert.deepEqual(h.logs, []);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource notices a file replaced by rename", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, service("web", 80));
+    // The poll is an hour away: only the directory watcher can notice the change.
+    const h = await startSource(path, { pollIntervalMs: 3_600_000 });
+    try {
+      h.events.length = 0;
+      await replaceByRename(path, stream(service("web", 80), service("api", 90)));
+      await waitFor("an add", () => h.events.length >= 1);
+      await sleep(200);
+      assert.deepEqual(h.events.map(summary), ["add Service default/api"]);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource notices a ConfigMap volume update (the ..data symlink swapped)", async () => {
+  await withTempDir(async (dir) => {
+    // kubelet's atomic writer layout: cluster.yaml -> ..data/cluster.yaml, ..data -> ..v1.
+    await Deno.mkdir(`${dir}/..v1`);
+    await Deno.writeTextFile(`${dir}/..v1/cluster.yaml`, service("web", 80));
+    await Deno.symlink("..v1", `${dir}/..data`);
+    await Deno.symlink("..data/cluster.yaml", `${dir}/cluster.yaml`);
+    const h = await startSource(`${dir}/cluster.yaml`, { pollIntervalMs: 3_600_000 });
+    try {
+      assert.deepEqual(h.events.map(summary), ["add Service default/web"]);
+      h.events.length = 0;
+      await Deno.mkdir(`${dir}/..v2`);
+      await Deno.writeTextFile(`${dir}/..v2/cluster.yaml`, service("web", 8080));
+      await Deno.symlink("..v2", `${dir}/..data_tmp`);
+      await Deno.rename(`${dir}/..data_tmp`, `${dir}/..data`);
+      await waitFor("an update", () => h.events.length >= 1);
+      assert.deepEqual(h.events.map(summary), ["update Service default/web"]);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource polls for changes the directory watcher cannot see", async () => {
+  await withTempDir(async (dir) => {
+    // The watched directory holds only a symlink; the content changes elsewhere.
+    await Deno.mkdir(`${dir}/watched`);
+    await Deno.mkdir(`${dir}/elsewhere`);
+    await Deno.writeTextFile(`${dir}/elsewhere/real.yaml`, service("web", 80));
+    await Deno.symlink(`${dir}/elsewhere/real.yaml`, `${dir}/watched/cluster.yaml`);
+    const h = await startSource(`${dir}/watched/cluster.yaml`, { pollIntervalMs: 50 });
+    try {
+      h.events.length = 0;
+      await Deno.writeTextFile(`${dir}/elsewhere/real.yaml`, service("web", 8080));
+      await waitFor("an update", () => h.events.length >= 1);
+      assert.deepEqual(h.events.map(summary), ["update Service default/web"]);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource keeps objects while the file is gone, diffs when it returns", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, stream(service("web", 80), service("api", 90)));
+    const h = await startSource(path, { pollIntervalMs: 50 });
+    try {
+      h.events.length = 0;
+      await Deno.remove(path);
+      await waitFor("a log line", () => h.logs.length > 0);
+      await sleep(300);
+      assert.deepEqual(h.events, []);
+      assert.deepEqual(h.logs, [
+        `cluster file ${path} has disappeared; keeping the 2 objects read last`,
+      ]);
+      await Deno.writeTextFile(path, service("web", 80));
+      await waitFor("a delete", () => h.events.length >= 1);
+      await sleep(200);
+      assert.deepEqual(h.events.map(summary), ["delete Service default/api"]);
+      assert.deepEqual(h.logs.slice(1), [`cluster file ${path} can be read again`]);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource.stop() ends events, also for a change already noticed", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, service("web", 80));
+    const h = await startSource(path, { pollIntervalMs: 20 });
+    h.events.length = 0;
+    await Deno.writeTextFile(path, stream(service("web", 80), service("api", 90)));
+    await sleep(30); // the watcher has seen the write; the re-read waits out the debounce
+    await h.source.stop();
+    const reads = h.reads();
+    await Deno.writeTextFile(path, service("db", 5432));
+    await sleep(400);
+    assert.deepEqual(h.events, []);
+    assert.equal(h.reads(), reads, "nothing reads the file after stop()");
+  });
+});
+
+Deno.test("FileSource rejects a pollIntervalMs that is not positive", () => {
+  assert.throws(() => new FileSource("x.yaml", { pollIntervalMs: 0 }), RangeError);
+});
