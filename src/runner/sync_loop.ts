@@ -51,7 +51,11 @@ export class SyncLoop {
 
   constructor(state: ProxyState, options: SyncLoopOptions) {
     this.#state = state;
-    this.#options = { clock: realClock, fullSyncPeriodMs: FULL_SYNC_PERIOD_MS, ...options };
+    this.#options = {
+      ...options,
+      clock: options.clock ?? realClock,
+      fullSyncPeriodMs: options.fullSyncPeriodMs ?? FULL_SYNC_PERIOD_MS,
+    };
   }
 
   /** Time of the last successful sync, if any. */

@@ -375,6 +375,13 @@ async function setUpNode(ns: string, pods: number, ipv6: boolean): Promise<"dumm
       { length: pods },
       (_, i) => `link set ${POD_VETH_PREFIX}${i} master ${NODE_BRIDGE} up`,
     ),
+    // Hairpin mode, as the bridge CNI plugin sets it (`hairpinMode: true`) and kubelet's
+    // hairpin-veth does: with br_netfilter, a pod DNATed back to itself is bridged out of the
+    // port it came in on, which a bridge refuses unless the port is in hairpin mode.
+    ...Array.from(
+      { length: pods },
+      (_, i) => `link set ${POD_VETH_PREFIX}${i} type bridge_slave hairpin on`,
+    ),
     `link set ${NODE_CLIENT_IFACE} up`,
     `addr add ${NODE_IP_V4}/24 dev ${NODE_CLIENT_IFACE}`,
     ...v6(`addr add ${NODE_IP_V6}/64 dev ${NODE_CLIENT_IFACE} nodad`),

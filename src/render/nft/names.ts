@@ -45,6 +45,8 @@ export const NAMES = {
   serviceIPs: "service-ips",
   /** Verdict map: `daddr . l4proto . dport` → reject/drop, for services without endpoints. */
   noEndpointServices: "no-endpoint-services",
+  /** Set: `endpoint . endpoint` for every endpoint: matches a pod DNATed back to itself. */
+  hairpinEndpoints: "hairpin-endpoints",
   /** Map: `daddr . l4proto . dport . index` → endpoint `addr . port` (cluster traffic). */
   serviceEndpoints: "service-endpoints",
 } as const;

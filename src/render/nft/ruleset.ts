@@ -97,7 +97,10 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
         name: NAMES.natPostrouting,
         hook: { type: "nat", hook: "postrouting", priority: "srcnat" },
       },
-      rules: [`jump ${NAMES.masquerading}`],
+      rules: [
+        `ct status dnat ${family} saddr . ${family} daddr @${NAMES.hairpinEndpoints} jump ${NAMES.markForMasquerade}`,
+        `jump ${NAMES.masquerading}`,
+      ],
     },
     {
       def: { name: NAMES.services },
@@ -133,6 +136,12 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
       name: NAMES.noEndpointServices,
       type: `type ${serviceKey} : verdict`,
       comment: "vmap to drop or reject packets to services with no endpoints",
+    },
+    {
+      kind: "set",
+      name: NAMES.hairpinEndpoints,
+      type: `type ${addr} . ${addr}`,
+      comment: "endpoint . endpoint: a pod reaching its own service and landing on itself",
     },
     {
       kind: "map",
@@ -193,6 +202,7 @@ export function renderServicePort(
       value: `${ep.ip} . ${ep.port}`,
       comment,
     });
+    elements.push({ set: NAMES.hairpinEndpoints, key: `${ep.ip} . ${ep.ip}` });
   });
   return { chains, elements };
 }

@@ -106,6 +106,7 @@ Deno.test({
         "delete element ip kube-nftproxy no-endpoint-services { 10.96.0.11 . tcp . 80 }",
         'add element ip kube-nftproxy service-ips { 10.96.0.11 . tcp . 80 comment "default/empty:http" : goto service-SD72AZIC-default/empty/tcp/http }',
         'add element ip kube-nftproxy service-endpoints { 10.96.0.11 . tcp . 80 . 0 comment "default/empty:http" : 10.244.1.13 . 8080 }',
+        "add element ip kube-nftproxy hairpin-endpoints { 10.244.1.13 . 10.244.1.13 }",
         "",
       ].join("\n"),
     );
