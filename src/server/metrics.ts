@@ -1,0 +1,397 @@
+/**
+ * The proxy's Prometheus metrics: upstream kube-proxy's `kubeproxy_*` names, types, help texts
+ * and buckets, plus a few of our own (`kubenftproxy_*`), on a private registry; and the
+ * `Request → Response` handler of the metrics server (`/metrics`, `/proxyMode`, `/healthz`).
+ *
+ * Which failure counters exist depends on the mode, as upstream registers them: nftables sync
+ * and cleanup failures in nft mode, iptables-restore (and partial-restore) failures in iptables
+ * mode. Timestamps come from the injected clock.
+ *
+ * @example
+ * ```ts
+ * const metrics = new ProxyMetrics({ mode: "nft" });
+ * metrics.syncDone({ full: true, seconds: 0.12, bytes: 4096 });
+ * const server = serveMetrics("127.0.0.1:10249", metricsHandler(metrics));
+ * ```
+ *
+ * @module
+ */
+import {
+  Counter,
+  exponentialBuckets,
+  Gauge,
+  Histogram,
+  linearBuckets,
+  Registry,
+} from "prom-client";
+import type { ProxyMode } from "../config/config.ts";
+import type { ObjectKind } from "../source/events.ts";
+import { type Clock, realClock } from "../runner/clock.ts";
+import type { HealthPath } from "./health.ts";
+import { type HttpServer, serveHttp, type ServeOptions } from "./serve.ts";
+
+/** Upstream's sync latency buckets: 1 ms doubling to about 16 s (`ExponentialBuckets(0.001, 2, 15)`). */
+export const SYNC_DURATION_BUCKETS: readonly number[] = exponentialBuckets(0.001, 2, 15);
+
+/**
+ * Upstream's network programming latency buckets (`MergeBuckets`, whose leading 0 is kept):
+ * 0, 0.25 s, 0.5 s, 1-59 s by 1 s, 60-115 s by 5 s, 2-5 min by 30 s.
+ */
+export const NETWORK_PROGRAMMING_BUCKETS: readonly number[] = [
+  0,
+  ...linearBuckets(0.25, 0.25, 2),
+  ...linearBuckets(1, 1, 59),
+  ...linearBuckets(60, 5, 12),
+  ...linearBuckets(120, 30, 7),
+];
+
+/** Sizes of scripts sent to the kernel: 256 B growing ×4 to 64 MiB. */
+export const SCRIPT_BYTES_BUCKETS: readonly number[] = exponentialBuckets(256, 4, 10);
+
+/** Most distinct `{kind, reason}` series of the rejection counter; later ones count as `other`. */
+export const MAX_REJECTION_SERIES = 100;
+
+/** Top-level fields of Services and EndpointSlices a rejection reason may start with. */
+const REASON_ROOTS = ["metadata", "spec", "status", "addressType", "ports", "endpoints"];
+const REASON_PATH = new RegExp(`^(?:${REASON_ROOTS.join("|")})(?:\\.[A-Za-z]{1,40}){0,4}$`);
+
+/**
+ * The bounded-cardinality `reason` label of a refused object: the field path its message
+ * names, without indices or keys, or `other`. Accepts a bare reason
+ * (`spec.ports[1].port is 70000, …`) or a whole log line (`cannot use Service ns/name: …`);
+ * object names never end up in the label.
+ *
+ * @example
+ * ```ts
+ * rejectionReason("cannot use Service default/web: spec.ports[1].port is 70000, must be 1-65535");
+ * // "spec.ports.port"
+ * ```
+ */
+export function rejectionReason(message: string): string {
+  let text = message;
+  if (text.startsWith("cannot use ")) {
+    const colon = text.indexOf(": ");
+    text = colon < 0 ? "" : text.slice(colon + 2);
+  }
+  const field = (text.trim().split(/\s/)[0] ?? "").replace(/\[[^\]]*\]/g, "");
+  return REASON_PATH.test(field) ? field : "other";
+}
+
+/** Options of {@link ProxyMetrics}. */
+export interface ProxyMetricsOptions {
+  /** Which backend's failure counters to register. Default `nft`. */
+  mode?: ProxyMode;
+  /** Source of the `*_timestamp_seconds` gauges. Default {@link realClock}. */
+  clock?: Clock;
+}
+
+/** What one successful sync did, for {@link ProxyMetrics.syncDone}. */
+export interface SyncDone {
+  /** A full sync (else partial). */
+  full: boolean;
+  /** How long the sync took, in seconds. */
+  seconds: number;
+  /** Bytes sent to the kernel; 0 when there was nothing to send (not observed then). */
+  bytes: number;
+}
+
+/** A failed sync, for {@link ProxyMetrics.syncFailed}. */
+export interface SyncFailed {
+  /** Whether the failed sync was a full one. Default true. */
+  full?: boolean;
+  /** How long it took, in seconds; upstream observes failed syncs' latency too. */
+  seconds?: number;
+}
+
+/**
+ * The proxy's metrics on their own `Registry` (never prom-client's global one), updated
+ * through typed methods; {@link metricsHandler} serves them.
+ */
+export class ProxyMetrics {
+  /** The private registry holding every metric below. */
+  readonly registry: Registry;
+  /** `nftables` or `iptables`, as upstream's `/proxyMode` answers. */
+  readonly proxyMode: string;
+  readonly #mode: ProxyMode;
+  readonly #clock: Clock;
+  readonly #syncDuration: Histogram;
+  readonly #syncFullDuration: Histogram;
+  readonly #syncPartialDuration: Histogram;
+  readonly #lastSync: Gauge;
+  readonly #lastQueued: Gauge;
+  readonly #programming: Histogram;
+  readonly #endpointPending: Gauge;
+  readonly #endpointTotal: Counter;
+  readonly #servicePending: Gauge;
+  readonly #serviceTotal: Counter;
+  readonly #noLocal: Gauge<"traffic_policy">;
+  readonly #syncFailures: Counter;
+  readonly #partialFailures: Counter | undefined;
+  readonly #cleanupFailures: Counter | undefined;
+  readonly #healthz: Counter<"code">;
+  readonly #livez: Counter<"code">;
+  readonly #rejected: Counter<"kind" | "reason">;
+  readonly #rejectionSeries = new Set<string>();
+  readonly #conntrackDeleted: Counter;
+  readonly #scriptBytes: Histogram;
+
+  /** Creates and registers every metric of `options.mode` on a new registry. */
+  constructor(options: ProxyMetricsOptions = {}) {
+    const registry = this.registry = new Registry();
+    this.#mode = options.mode ?? "nft";
+    this.proxyMode = this.#mode === "nft" ? "nftables" : "iptables";
+    this.#clock = options.clock ?? realClock;
+    const registers = [registry];
+    const histogram = (name: string, help: string, buckets: readonly number[]) =>
+      new Histogram({ name, help, buckets: [...buckets], registers });
+    const gauge = (name: string, help: string) => new Gauge({ name, help, registers });
+    const counter = (name: string, help: string) => new Counter({ name, help, registers });
+
+    this.#syncDuration = histogram(
+      "kubeproxy_sync_proxy_rules_duration_seconds",
+      "SyncProxyRules latency in seconds",
+      SYNC_DURATION_BUCKETS,
+    );
+    this.#syncFullDuration = histogram(
+      "kubeproxy_sync_full_proxy_rules_duration_seconds",
+      "SyncProxyRules latency in seconds for full resyncs",
+      SYNC_DURATION_BUCKETS,
+    );
+    this.#syncPartialDuration = histogram(
+      "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+      "SyncProxyRules latency in seconds for partial resyncs",
+      SYNC_DURATION_BUCKETS,
+    );
+    this.#lastSync = gauge(
+      "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+      "The last time proxy rules were successfully synced",
+    );
+    this.#lastQueued = gauge(
+      "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+      "The last time a sync of proxy rules was queued",
+    );
+    this.#programming = histogram(
+      "kubeproxy_network_programming_duration_seconds",
+      "In Cluster Network Programming Latency in seconds",
+      NETWORK_PROGRAMMING_BUCKETS,
+    );
+    this.#endpointPending = gauge(
+      "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+      "Pending proxy rules Endpoint changes",
+    );
+    this.#endpointTotal = counter(
+      "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+      "Cumulative proxy rules Endpoint changes",
+    );
+    this.#servicePending = gauge(
+      "kubeproxy_sync_proxy_rules_service_changes_pending",
+      "Pending proxy rules Service changes",
+    );
+    this.#serviceTotal = counter(
+      "kubeproxy_sync_proxy_rules_service_changes_total",
+      "Cumulative proxy rules Service changes",
+    );
+    this.#noLocal = new Gauge({
+      name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+      help: "Number of services with a Local traffic policy and no endpoints",
+      labelNames: ["traffic_policy"] as const,
+      registers,
+    });
+    this.#noLocal.set({ traffic_policy: "internal" }, 0);
+    this.#noLocal.set({ traffic_policy: "external" }, 0);
+    if (this.#mode === "nft") {
+      this.#syncFailures = counter(
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+        "Cumulative proxy nftables sync failures",
+      );
+      this.#cleanupFailures = counter(
+        "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+        "Cumulative proxy nftables cleanup failures",
+      );
+    } else {
+      this.#syncFailures = counter(
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+        "Cumulative proxy iptables restore failures",
+      );
+      this.#partialFailures = counter(
+        "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
+        "Cumulative proxy iptables partial restore failures",
+      );
+    }
+    this.#healthz = new Counter({
+      name: "kubeproxy_proxy_healthz_total",
+      help: "Cumulative proxy healthz HTTP status",
+      labelNames: ["code"] as const,
+      registers,
+    });
+    this.#livez = new Counter({
+      name: "kubeproxy_proxy_livez_total",
+      help: "Cumulative proxy livez HTTP status",
+      labelNames: ["code"] as const,
+      registers,
+    });
+    this.#rejected = new Counter({
+      name: "kubenftproxy_objects_rejected_total",
+      help: "API objects refused as invalid, by kind and the field that was wrong",
+      labelNames: ["kind", "reason"] as const,
+      registers,
+    });
+    this.#conntrackDeleted = counter(
+      "kubenftproxy_conntrack_entries_deleted_total",
+      "Stale UDP conntrack entries deleted after endpoint changes",
+    );
+    this.#scriptBytes = histogram(
+      "kubenftproxy_sync_script_bytes",
+      "Size in bytes of each script sent to the kernel",
+      SCRIPT_BYTES_BUCKETS,
+    );
+  }
+
+  /**
+   * A sync succeeded: observes its latency (all syncs, and full or partial), the script size
+   * when something was sent, and sets the last-sync timestamp.
+   */
+  syncDone(sync: SyncDone): void {
+    this.#observeLatency(sync.full, sync.seconds);
+    if (sync.bytes > 0) this.#scriptBytes.observe(sync.bytes);
+    this.#lastSync.set(this.#clock.now() / 1000);
+  }
+
+  /**
+   * A sync failed (the kernel refused the transaction): counts it as upstream does (nftables
+   * sync failures; iptables-restore failures, plus partial-restore failures for partial syncs)
+   * and observes its latency when given.
+   */
+  syncFailed(failure: SyncFailed = {}): void {
+    const full = failure.full ?? true;
+    this.#syncFailures.inc();
+    if (!full) this.#partialFailures?.inc();
+    if (failure.seconds !== undefined) this.#observeLatency(full, failure.seconds);
+  }
+
+  /** Removing stale chains or tables failed (nft mode only; ignored in iptables mode). */
+  cleanupFailed(): void {
+    this.#cleanupFailures?.inc();
+  }
+
+  /**
+   * A change of `kind` arrived and a sync was requested: counts Service and EndpointSlice
+   * changes (upstream's `*_changes_total`) and sets the last-queued timestamp.
+   */
+  queued(kind: ObjectKind): void {
+    if (kind === "Service") this.#serviceTotal.inc();
+    else if (kind === "EndpointSlice") this.#endpointTotal.inc();
+    this.#lastQueued.set(this.#clock.now() / 1000);
+  }
+
+  /**
+   * An object of `kind` was refused; `message` is its log line or reason, from which only the
+   * field path is kept (see {@link rejectionReason}). After {@link MAX_REJECTION_SERIES}
+   * distinct series, new ones count as `other`.
+   */
+  rejected(kind: ObjectKind, message: string): void {
+    let reason = rejectionReason(message);
+    const series = `${kind}\n${reason}`;
+    if (!this.#rejectionSeries.has(series)) {
+      if (this.#rejectionSeries.size >= MAX_REJECTION_SERIES) reason = "other";
+      this.#rejectionSeries.add(`${kind}\n${reason}`);
+    }
+    this.#rejected.inc({ kind, reason });
+  }
+
+  /** Pending (not yet synced) changes, after each event and each sync. */
+  pending(counts: { services: number; endpoints: number }): void {
+    this.#servicePending.set(counts.services);
+    this.#endpointPending.set(counts.endpoints);
+  }
+
+  /**
+   * Service ports with a Local traffic policy and no local endpoints, by policy
+   * (`internalTrafficPolicy` / `externalTrafficPolicy`), after each sync.
+   */
+  noLocalEndpoints(counts: { internal: number; external: number }): void {
+    this.#noLocal.set({ traffic_policy: "internal" }, counts.internal);
+    this.#noLocal.set({ traffic_policy: "external" }, counts.external);
+  }
+
+  /** Stale conntrack entries were deleted after a sync. */
+  conntrackDeleted(entries: number): void {
+    if (entries > 0) this.#conntrackDeleted.inc(entries);
+  }
+
+  /**
+   * The time from an endpoint change (its EndpointSlice's
+   * `endpoints.kubernetes.io/last-change-trigger-time`) to the sync that programmed it.
+   */
+  networkProgrammed(seconds: number): void {
+    if (seconds >= 0) this.#programming.observe(seconds);
+  }
+
+  /** The health server answered a probe (upstream's `kubeproxy_proxy_{healthz,livez}_total`). */
+  healthServed(path: HealthPath, status: number): void {
+    (path === "/healthz" ? this.#healthz : this.#livez).inc({ code: `${status}` });
+  }
+
+  /** The Prometheus text exposition of every metric. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** The content type of {@link text}. */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  #observeLatency(full: boolean, seconds: number): void {
+    this.#syncDuration.observe(seconds);
+    (full ? this.#syncFullDuration : this.#syncPartialDuration).observe(seconds);
+  }
+}
+
+/**
+ * The handler of the metrics server, like upstream's: `/metrics` (Prometheus text format),
+ * `/proxyMode` (`nftables` or `iptables`) and `/healthz` (`ok`); other paths are 404.
+ *
+ * @example
+ * ```ts
+ * const res = await metricsHandler(metrics)(new Request("http://node:10249/metrics"));
+ * // res.headers.get("content-type") === "text/plain; version=0.0.4; charset=utf-8"
+ * ```
+ */
+export function metricsHandler(metrics: ProxyMetrics): (req: Request) => Promise<Response> {
+  const text = (body: string, status = 200) =>
+    new Response(body, {
+      status,
+      headers: {
+        "content-type": "text/plain; charset=utf-8",
+        "x-content-type-options": "nosniff",
+      },
+    });
+  return async (req: Request): Promise<Response> => {
+    switch (new URL(req.url).pathname) {
+      case "/metrics":
+        return new Response(await metrics.text(), {
+          headers: { "content-type": metrics.contentType },
+        });
+      case "/proxyMode":
+        return text(metrics.proxyMode);
+      case "/healthz":
+        return text("ok");
+      default:
+        return text("404 page not found\n", 404);
+    }
+  };
+}
+
+/**
+ * Serves a handler (usually {@link metricsHandler}) on a bind address like `127.0.0.1:10249`;
+ * an empty address means disabled and returns null. Throws `ServeError` when the address is
+ * malformed or cannot be bound.
+ */
+export function serveMetrics(
+  address: string,
+  handler: (req: Request) => Response | Promise<Response>,
+  options: ServeOptions = {},
+): HttpServer | null {
+  return serveHttp(address, handler, { name: "metrics", ...options });
+}

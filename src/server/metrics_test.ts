@@ -1,0 +1,260 @@
+/**
+ * Specs of the proxy's metrics: upstream names, types and buckets in the exposition text, the
+ * values the typed methods leave there, and the metrics server's handler.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import { FakeClock } from "../runner/clock.ts";
+import {
+  MAX_REJECTION_SERIES,
+  metricsHandler,
+  NETWORK_PROGRAMMING_BUCKETS,
+  ProxyMetrics,
+  rejectionReason,
+  serveMetrics,
+  SYNC_DURATION_BUCKETS,
+} from "./metrics.ts";
+
+/** The value of one sample line (`name{labels} value`) in an exposition, or undefined. */
+function sample(text: string, series: string): number | undefined {
+  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+function typeOf(text: string, name: string): string | undefined {
+  return new RegExp(`^# TYPE ${name} (\\w+)$`, "m").exec(text)?.[1];
+}
+
+Deno.test("ProxyMetrics() exposes upstream's metric names and types in nft mode", async () => {
+  const text = await new ProxyMetrics({ mode: "nft" }).text();
+  const expected: [string, string][] = [
+    ["kubeproxy_sync_proxy_rules_duration_seconds", "histogram"],
+    ["kubeproxy_sync_full_proxy_rules_duration_seconds", "histogram"],
+    ["kubeproxy_sync_partial_proxy_rules_duration_seconds", "histogram"],
+    ["kubeproxy_sync_proxy_rules_last_timestamp_seconds", "gauge"],
+    ["kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "gauge"],
+    ["kubeproxy_network_programming_duration_seconds", "histogram"],
+    ["kubeproxy_sync_proxy_rules_endpoint_changes_pending", "gauge"],
+    ["kubeproxy_sync_proxy_rules_endpoint_changes_total", "counter"],
+    ["kubeproxy_sync_proxy_rules_service_changes_pending", "gauge"],
+    ["kubeproxy_sync_proxy_rules_service_changes_total", "counter"],
+    ["kubeproxy_sync_proxy_rules_no_local_endpoints_total", "gauge"],
+    ["kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "counter"],
+    ["kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", "counter"],
+    ["kubeproxy_proxy_healthz_total", "counter"],
+    ["kubeproxy_proxy_livez_total", "counter"],
+    ["kubenftproxy_objects_rejected_total", "counter"],
+    ["kubenftproxy_conntrack_entries_deleted_total", "counter"],
+    ["kubenftproxy_sync_script_bytes", "histogram"],
+  ];
+  for (const [name, type] of expected) assert.equal(typeOf(text, name), type, name);
+  assert.equal(
+    typeOf(text, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"),
+    undefined,
+  );
+  assert.match(
+    text,
+    /^# HELP kubeproxy_sync_proxy_rules_duration_seconds SyncProxyRules latency in seconds$/m,
+  );
+});
+
+Deno.test("ProxyMetrics() registers iptables-restore failure counters instead in iptables mode", async () => {
+  const metrics = new ProxyMetrics({ mode: "iptables" });
+  metrics.syncFailed({ full: false });
+  metrics.syncFailed({ full: true });
+  metrics.cleanupFailed(); // nft only: ignored
+  const text = await metrics.text();
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"), 2);
+  assert.equal(
+    sample(text, "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total"),
+    1,
+  );
+  assert.equal(typeOf(text, "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), undefined);
+  assert.equal(metrics.proxyMode, "iptables");
+});
+
+Deno.test("ProxyMetrics() uses upstream's buckets", async () => {
+  assert.equal(SYNC_DURATION_BUCKETS.length, 15);
+  assert.equal(SYNC_DURATION_BUCKETS[0], 0.001);
+  assert.equal(SYNC_DURATION_BUCKETS[14], 16.384);
+  assert.deepEqual(NETWORK_PROGRAMMING_BUCKETS.slice(0, 5), [0, 0.25, 0.5, 1, 2]);
+  assert.equal(NETWORK_PROGRAMMING_BUCKETS.length, 1 + 2 + 59 + 12 + 7);
+  assert.equal(NETWORK_PROGRAMMING_BUCKETS.at(-1), 300);
+  const text = await new ProxyMetrics().text();
+  assert.match(text, /^kubeproxy_sync_proxy_rules_duration_seconds_bucket\{le="16.384"\} 0$/m);
+  assert.match(text, /^kubeproxy_network_programming_duration_seconds_bucket\{le="115"\} 0$/m);
+});
+
+Deno.test("ProxyMetrics.syncDone() records latency, script size and the last sync time", async () => {
+  const clock = new FakeClock({ now: 1_700_000_000_000 });
+  const metrics = new ProxyMetrics({ clock });
+  metrics.syncDone({ full: true, seconds: 0.2, bytes: 5000 });
+  clock.advance(1500);
+  metrics.syncDone({ full: false, seconds: 0.003, bytes: 0 });
+  const text = await metrics.text();
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_duration_seconds_count"), 2);
+  assert.equal(sample(text, "kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(sample(text, "kubeproxy_sync_full_proxy_rules_duration_seconds_sum"), 0.2);
+  assert.equal(sample(text, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(
+    sample(text, 'kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="0.004"}'),
+    1,
+  );
+  // A sync that sent nothing is not a script.
+  assert.equal(sample(text, "kubenftproxy_sync_script_bytes_count"), 1);
+  assert.equal(sample(text, 'kubenftproxy_sync_script_bytes_bucket{le="4096"}'), 0);
+  assert.equal(sample(text, 'kubenftproxy_sync_script_bytes_bucket{le="16384"}'), 1);
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_last_timestamp_seconds"), 1_700_000_001.5);
+});
+
+Deno.test("ProxyMetrics.syncFailed() counts nftables failures and observes their latency", async () => {
+  const metrics = new ProxyMetrics();
+  metrics.syncFailed({ full: false, seconds: 0.5 });
+  metrics.syncFailed();
+  metrics.cleanupFailed();
+  const text = await metrics.text();
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), 2);
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"), 1);
+  assert.equal(sample(text, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_last_timestamp_seconds"), 0);
+});
+
+Deno.test("ProxyMetrics.queued() counts changes by kind and stamps the last queued time", async () => {
+  const clock = new FakeClock({ now: 42_000 });
+  const metrics = new ProxyMetrics({ clock });
+  metrics.queued("Service");
+  metrics.queued("EndpointSlice");
+  metrics.queued("EndpointSlice");
+  clock.advance(1000);
+  metrics.queued("Node");
+  metrics.pending({ services: 1, endpoints: 2 });
+  const text = await metrics.text();
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_service_changes_total"), 1);
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_endpoint_changes_total"), 2);
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"), 43);
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_service_changes_pending"), 1);
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 2);
+});
+
+Deno.test("ProxyMetrics.noLocalEndpoints() sets both traffic policies, 0 from the start", async () => {
+  const metrics = new ProxyMetrics();
+  const before = await metrics.text();
+  assert.equal(
+    sample(
+      before,
+      'kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}',
+    ),
+    0,
+  );
+  metrics.noLocalEndpoints({ internal: 3, external: 1 });
+  const after = await metrics.text();
+  assert.equal(
+    sample(after, 'kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}'),
+    3,
+  );
+  assert.equal(
+    sample(after, 'kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"}'),
+    1,
+  );
+});
+
+Deno.test("ProxyMetrics counts conntrack deletions, network programming and health answers", async () => {
+  const metrics = new ProxyMetrics();
+  metrics.conntrackDeleted(3);
+  metrics.conntrackDeleted(0);
+  metrics.networkProgrammed(1.5);
+  metrics.healthServed("/healthz", 200);
+  metrics.healthServed("/healthz", 503);
+  metrics.healthServed("/livez", 200);
+  const text = await metrics.text();
+  assert.equal(sample(text, "kubenftproxy_conntrack_entries_deleted_total"), 3);
+  assert.equal(sample(text, 'kubeproxy_network_programming_duration_seconds_bucket{le="2"}'), 1);
+  assert.equal(sample(text, 'kubeproxy_proxy_healthz_total{code="503"}'), 1);
+  assert.equal(sample(text, 'kubeproxy_proxy_livez_total{code="200"}'), 1);
+});
+
+Deno.test("rejectionReason() keeps only the field path the message names", () => {
+  const cases: [string, string][] = [
+    ["spec.ports[1].port is 70000, must be 1-65535", "spec.ports.port"],
+    [
+      'cannot use Service default/web: spec.clusterIPs[0] "10.0.0.300" is not a valid IP address',
+      "spec.clusterIPs",
+    ],
+    [
+      'cannot use EndpointSlice default/web-abc: metadata.labels["kubernetes.io/service-name"] is missing',
+      "metadata.labels",
+    ],
+    ["cannot use EndpointSlice a/b: addressType is 7, must be IPv4, IPv6 or FQDN", "addressType"],
+    ["cannot use EndpointSlice a/b: ports is a string, must be a list", "ports"],
+    ["status.loadBalancer.ingress[0].ip bad", "status.loadBalancer.ingress.ip"],
+    // Never an object name, never free text.
+    ["cannot use Service default/spec: something odd", "other"],
+    ["web-123 is broken", "other"],
+    ["", "other"],
+  ];
+  for (const [message, reason] of cases) assert.equal(rejectionReason(message), reason, message);
+});
+
+Deno.test("ProxyMetrics.rejected() counts by kind and reason, with a bounded number of series", async () => {
+  const metrics = new ProxyMetrics();
+  metrics.rejected("Service", "cannot use Service default/a: spec.ports[0].port is 0");
+  metrics.rejected("Service", "cannot use Service default/b: spec.ports[3].port is -1");
+  metrics.rejected("EndpointSlice", "cannot use EndpointSlice x/y: ports is 1, must be a list");
+  const text = await metrics.text();
+  assert.equal(
+    sample(text, 'kubenftproxy_objects_rejected_total{kind="Service",reason="spec.ports.port"}'),
+    2,
+  );
+  assert.equal(
+    sample(text, 'kubenftproxy_objects_rejected_total{kind="EndpointSlice",reason="ports"}'),
+    1,
+  );
+  assert.ok(!text.includes("default/a"));
+
+  const flood = new ProxyMetrics();
+  const letter = (n: number) => String.fromCharCode(97 + (n % 26));
+  for (let i = 0; i < MAX_REJECTION_SERIES + 50; i++) {
+    // Distinct, well-formed field paths: spec.faa, spec.fab, …
+    flood.rejected("Service", `spec.f${letter(Math.floor(i / 26))}${letter(i)} is bad`);
+  }
+  const series = (await flood.text()).split("\n")
+    .filter((l) => l.startsWith("kubenftproxy_objects_rejected_total{"));
+  assert.equal(series.length, MAX_REJECTION_SERIES + 1, `${series.length} series`);
+  assert.ok(series.some((l) => l.includes('reason="other"')));
+});
+
+Deno.test("metricsHandler() serves the exposition with Prometheus' content type", async () => {
+  const metrics = new ProxyMetrics();
+  metrics.syncDone({ full: true, seconds: 0.01, bytes: 100 });
+  const handle = metricsHandler(metrics);
+  const res = await handle(new Request("http://node:10249/metrics"));
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  assert.equal(sample(await res.text(), "kubeproxy_sync_proxy_rules_duration_seconds_count"), 1);
+});
+
+Deno.test("metricsHandler() answers /proxyMode and /healthz like upstream, 404 otherwise", async () => {
+  const handle = metricsHandler(new ProxyMetrics({ mode: "nft" }));
+  const mode = await handle(new Request("http://node:10249/proxyMode"));
+  assert.equal(await mode.text(), "nftables");
+  const ok = await handle(new Request("http://node:10249/healthz"));
+  assert.equal(await ok.text(), "ok");
+  const missing = await handle(new Request("http://node:10249/configz"));
+  assert.equal(missing.status, 404);
+  await missing.body?.cancel();
+});
+
+Deno.test("serveMetrics() serves /metrics on loopback, and is disabled by an empty address", async () => {
+  assert.equal(serveMetrics("", () => new Response()), null);
+  const metrics = new ProxyMetrics();
+  metrics.conntrackDeleted(7);
+  const server = serveMetrics("127.0.0.1:0", metricsHandler(metrics));
+  assert.ok(server);
+  try {
+    const res = await fetch(`http://127.0.0.1:${server.addr.port}/metrics`);
+    assert.equal(sample(await res.text(), "kubenftproxy_conntrack_entries_deleted_total"), 7);
+  } finally {
+    await server.close();
+  }
+});
