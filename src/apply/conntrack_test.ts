@@ -10,12 +10,14 @@ import type { Endpoint } from "../model/endpoint.ts";
 import type { ServicePort } from "../model/service_port.ts";
 import {
   type CleanupCommand,
+  commandMatches,
   conntrackArgs,
   ConntrackCleanupTracker,
   conntrackCommandLine,
   ConntrackError,
   type ConntrackService,
   conntrackServices,
+  parseUdpFlows,
   planConntrackCleanup,
   runConntrackCleanup,
 } from "./conntrack.ts";
@@ -223,7 +225,8 @@ Deno.test("conntrackCommandLine() runs conntrack directly, or inside a namespace
 
 /**
  * Writes a fake `conntrack` that answers like the real one by the service IP it is given:
- * 10.96.0.1 deletes 2 entries, 10.96.0.2 finds none (exit 1), 10.96.0.3 fails (exit 2).
+ * 10.96.0.1 deletes 2 entries, 10.96.0.2 (or fd00:10:96::2) finds none (exit 1), anything else
+ * fails (exit 2). `-L` lists one IPv4 flow (to 10.96.0.1:53, DNATed to A) and fails for IPv6.
  * It also appends its arguments to `calls.log`.
  */
 async function fakeConntrack(): Promise<
@@ -238,8 +241,12 @@ async function fakeConntrack(): Promise<
 echo "$*" >> '${log}'
 v="conntrack v1.4.7 (conntrack-tools)"
 case "$*" in
+  "-L -f ipv4 -p udp")
+    echo "udp      17 29 src=192.168.77.2 dst=10.96.0.1 sport=40000 dport=53 src=${A} dst=192.168.77.2 sport=5353 dport=40000 [ASSURED] mark=0 use=1"
+    echo "$v: 1 flow entries have been shown." >&2; exit 0 ;;
+  "-L -f ipv6 -p udp") echo "$v: Operation not permitted" >&2; exit 1 ;;
   *10.96.0.1\\ *) echo "$v: 2 flow entries have been deleted." >&2; exit 0 ;;
-  *10.96.0.2\\ *) echo "$v: 0 flow entries have been deleted." >&2; exit 1 ;;
+  *10.96.0.2\\ *|*fd00:10:96::2\\ *) echo "$v: 0 flow entries have been deleted." >&2; exit 1 ;;
   *) echo "$v: mismatched address family" >&2; exit 2 ;;
 esac
 `,
@@ -252,8 +259,9 @@ esac
   };
 }
 
-function command(origDst: string): CleanupCommand {
-  return { family: "ipv4", reason: "stale-endpoint", origDst, origPortDst: 53, replySrc: A };
+function command(origDst: string, replySrc = A): CleanupCommand {
+  const family = origDst.includes(":") ? "ipv6" : "ipv4";
+  return { family, reason: "stale-endpoint", origDst, origPortDst: 53, replySrc };
 }
 
 Deno.test("runConntrackCleanup() sums deleted entries; none deleted is not an error", async () => {
@@ -261,7 +269,7 @@ Deno.test("runConntrackCleanup() sums deleted entries; none deleted is not an er
   try {
     const deleted = await runConntrackCleanup(
       [command("10.96.0.1"), command("10.96.0.2"), command("10.96.0.1")],
-      { conntrackPath: fake.path },
+      { conntrackPath: fake.path, concurrency: 1 },
     );
     assert.equal(deleted, 4);
     assert.deepEqual(await fake.calls(), [
@@ -298,4 +306,64 @@ Deno.test("runConntrackCleanup() throws at once when conntrack cannot be started
     (err) =>
       err instanceof ConntrackError && /cannot run \/nonexistent\/conntrack/.test(err.message),
   );
+});
+
+Deno.test("runConntrackCleanup() with listFirst runs only commands matching a listed flow", async () => {
+  const fake = await fakeConntrack();
+  try {
+    const deleted = await runConntrackCleanup(
+      [
+        command("10.96.0.1"), // matches the listed flow
+        command("10.96.0.1", C), // same service, an endpoint without flows
+        command("10.96.0.2"), // no flow to this service
+        command("fd00:10:96::2", "fd00:10:244:1::11"), // IPv6 listing fails: run anyway
+      ],
+      { conntrackPath: fake.path, listFirst: true },
+    );
+    assert.equal(deleted, 2);
+    assert.deepEqual((await fake.calls()).sort(), [
+      `-D -f ipv4 -p udp --orig-dst 10.96.0.1 --orig-port-dst 53 --reply-src ${A}`,
+      "-D -f ipv6 -p udp --orig-dst fd00:10:96::2 --orig-port-dst 53 --reply-src fd00:10:244:1::11",
+      "-L -f ipv4 -p udp",
+      "-L -f ipv6 -p udp",
+    ]);
+  } finally {
+    await fake.remove();
+  }
+});
+
+Deno.test("parseUdpFlows() reads UDP entries of conntrack -L, plain or extended, and skips the rest", () => {
+  const text = [
+    "udp      17 29 src=192.168.77.2 dst=10.96.0.50 sport=40000 dport=80 [UNREPLIED] " +
+    "src=10.96.0.50 dst=192.168.77.2 sport=80 dport=40000 mark=0 use=1",
+    "ipv6     10 udp      17 110 src=fd00:77::2 dst=fd00:10:96:0:0:0:0:10 sport=1 dport=53 " +
+    "src=fd00:10:244:1::11 dst=fd00:77::2 sport=5353 dport=1 [ASSURED] mark=0 use=1",
+    "tcp      6 117 TIME_WAIT src=1.2.3.4 dst=10.96.0.1 sport=1 dport=80 src=10.244.1.11 " +
+    "dst=1.2.3.4 sport=8080 dport=1 [ASSURED] mark=0 use=1",
+    "conntrack v1.4.7 (conntrack-tools): 3 flow entries have been shown.",
+    "",
+  ].join("\n");
+  assert.deepEqual(parseUdpFlows(text), [
+    { origDst: "10.96.0.50", origPortDst: 80, replySrc: "10.96.0.50", replyPortSrc: 80 },
+    {
+      origDst: "fd00:10:96::10",
+      origPortDst: 53,
+      replySrc: "fd00:10:244:1::11",
+      replyPortSrc: 5353,
+    },
+  ]);
+});
+
+Deno.test("commandMatches() agrees with the flows each kind of command targets", () => {
+  const dnated = { origDst: SVC, origPortDst: 53, replySrc: A, replyPortSrc: 5353 };
+  const unNATed = { origDst: SVC, origPortDst: 53, replySrc: SVC, replyPortSrc: 53 };
+  const [stuck] = planConntrackCleanup([], [udp([A])]);
+  const [stale] = planConntrackCleanup([udp([A])], [udp([B])]);
+  assert.ok(commandMatches(stale, dnated) && !commandMatches(stale, unNATed));
+  assert.ok(commandMatches(stuck, unNATed) && !commandMatches(stuck, dnated));
+  const nodePortStuck = planConntrackCleanup([], [udp([A], { nodePort: 30053 })])
+    .find((c) => c.origDst === undefined)!;
+  const toNodePort = { origDst: "192.168.77.1", origPortDst: 30053, replySrc: "192.168.77.1" };
+  assert.ok(commandMatches(nodePortStuck, { ...toNodePort, replyPortSrc: 30053 }));
+  assert.ok(!commandMatches(nodePortStuck, { ...toNodePort, replySrc: A, replyPortSrc: 5353 }));
 });

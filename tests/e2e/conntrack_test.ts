@@ -89,13 +89,15 @@ Deno.test({
               }],
             );
             assert.equal(commands.length, 1);
-            const deleted = await runConntrackCleanup(commands, { netns: topo.node.ns });
-            assert.equal(deleted, 1);
+            // listFirst: the plan is checked against `conntrack -L` before deleting.
+            const netns = topo.node.ns;
+            assert.equal(await runConntrackCleanup(commands, { netns, listFirst: true }), 1);
             const left = await listConntrack(topo.node.ns, { dst: MOVED_IP, proto: "udp" });
             assert.deepEqual(left.map((e) => e.reply.src), [podB.ip4], JSON.stringify(left));
             assert.equal(body(await udp(MOVED_IP, 40000)), "pod-b");
             // Nothing left to delete: a second run finds no entries and is not an error.
-            assert.equal(await runConntrackCleanup(commands, { netns: topo.node.ns }), 0);
+            assert.equal(await runConntrackCleanup(commands, { netns }), 0);
+            assert.equal(await runConntrackCleanup(commands, { netns, listFirst: true }), 0);
           },
         ],
         [
