@@ -4,7 +4,9 @@
  *
  * Follows upstream's CategorizeEndpoints: ready endpoints first; when none is ready, endpoints
  * that are serving and terminating take their place — decided separately for cluster and local
- * traffic. Results are sorted by address and port so element indices are stable.
+ * traffic. Topology hints narrow cluster traffic only when every endpoint carries them: node
+ * hints (PreferSameNode) when one names this node, else zone hints when one names this node's
+ * zone. Results are sorted by address and port so element indices are stable.
  *
  * @module
  */
@@ -17,18 +19,28 @@ export interface EndpointSelection {
   readonly cluster: readonly Endpoint[];
   /** Endpoints on this node, for eTP/iTP Local traffic (empty when none usable). */
   readonly local: readonly Endpoint[];
+  /** Some endpoint can take traffic at all (else connections are rejected). */
+  readonly any: boolean;
+}
+
+/** Where this proxy runs, for topology hints. */
+export interface NodeTopology {
+  readonly nodeName: string;
+  /** The node's `topology.kubernetes.io/zone`, or empty. */
+  readonly zone: string;
 }
 
 /** Selects cluster and local endpoints of one service port. */
 export function selectEndpoints(
-  _port: ServicePort,
+  port: ServicePort,
   endpoints: readonly Endpoint[],
+  node: NodeTopology,
 ): EndpointSelection {
   const sorted = [...endpoints].sort(compareEndpoints);
-  return {
-    cluster: usable(sorted),
-    local: usable(sorted.filter((ep) => ep.isLocal)),
-  };
+  const usesLocal = port.internalPolicyLocal || port.externalPolicyLocal;
+  const local = usesLocal ? usable(sorted.filter((ep) => ep.isLocal)) : [];
+  const cluster = byTopology(usable(sorted), node);
+  return { cluster, local, any: cluster.length > 0 || local.length > 0 };
 }
 
 /** Ready endpoints, else serving-and-terminating ones. */
@@ -36,6 +48,18 @@ function usable(endpoints: readonly Endpoint[]): readonly Endpoint[] {
   const ready = endpoints.filter((ep) => ep.ready);
   if (ready.length > 0) return ready;
   return endpoints.filter((ep) => ep.serving && ep.terminating);
+}
+
+/** Narrows endpoints by node or zone hints when every endpoint has them and one matches. */
+function byTopology(endpoints: readonly Endpoint[], node: NodeTopology): readonly Endpoint[] {
+  if (endpoints.length === 0) return endpoints;
+  if (node.nodeName !== "" && endpoints.every((ep) => ep.nodeHints !== null)) {
+    const sameNode = endpoints.filter((ep) => ep.nodeHints!.includes(node.nodeName));
+    if (sameNode.length > 0) return sameNode;
+  }
+  if (node.zone === "" || !endpoints.every((ep) => ep.zoneHints !== null)) return endpoints;
+  const sameZone = endpoints.filter((ep) => ep.zoneHints!.includes(node.zone));
+  return sameZone.length > 0 ? sameZone : endpoints;
 }
 
 function compareEndpoints(a: Endpoint, b: Endpoint): number {

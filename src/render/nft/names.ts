@@ -1,6 +1,6 @@
 /**
- * Names in the nft ruleset: every fixed chain, set and map name, and the one function that
- * derives per-service chain names, defined once.
+ * Names in the nft ruleset: every fixed chain, set and map name, and the functions that derive
+ * per-service and shared chain names, defined once.
  *
  * Per-service names are `<kind>-<HASH>-<namespace>/<name>/<protocol>/<port>`: the hash (of the
  * exact identity) makes them unique, the rest makes them readable, and every character outside
@@ -13,6 +13,8 @@ import { formatServicePortName, type ServicePortName } from "../../model/service
 
 /** Fixed chains, sets and maps of each table. */
 export const NAMES = {
+  /** Base chain, filter prerouting before DNAT: loadBalancerSourceRanges. */
+  filterPrerouting: "filter-prerouting",
   /** Base chain, filter hook forward: rejects/drops new connections to unusable services. */
   filterForward: "filter-forward",
   /** Base chain, filter hook input: the same checks for traffic addressed to the node. */
@@ -25,34 +27,50 @@ export const NAMES = {
   natPrerouting: "nat-prerouting",
   /** Base chain, nat hook output: DNAT of traffic sent by the node. */
   natOutput: "nat-output",
-  /** Base chain, nat hook postrouting: masquerade of marked traffic. */
+  /** Base chain, nat hook postrouting: affinity records, hairpin, masquerade. */
   natPostrouting: "nat-postrouting",
-  /** Dispatches a packet to its service chain via `service-ips`. */
+  /** Dispatches a packet to its service via `service-ips` and `service-nodeports`. */
   services: "services",
   /** Sets the masquerade bit of the packet mark. */
   markForMasquerade: "mark-for-masquerade",
   /** Masquerades packets carrying the masquerade bit (and clears it). */
   masquerading: "masquerading",
-  /** Rejects or drops connections to services that have no usable endpoint. */
+  /** Rejects or drops connections to service IPs that have no usable endpoint. */
   serviceEndpointsCheck: "service-endpoints-check",
+  /** Rejects or drops connections to node ports that have no usable endpoint. */
+  nodeportEndpointsCheck: "nodeport-endpoints-check",
   /** Rejects connections to a cluster IP on a port no service uses; drops unallocated IPs. */
   clusterIPsCheck: "cluster-ips-check",
+  /** Drops traffic to load-balancer IPs from sources outside loadBalancerSourceRanges. */
+  firewallCheck: "firewall-check",
   /** `reject` with the family's default ICMP error, as a verdict-map target. */
   rejectChain: "reject-chain",
   /** Set: every cluster IP of this family. */
   clusterIPs: "cluster-ips",
-  /** Verdict map: `daddr . l4proto . dport` → goto the service chain. */
+  /** Set: the node addresses that accept node ports. */
+  nodeportIPs: "nodeport-ips",
+  /** Verdict map: `daddr . l4proto . dport` → the service's target (cluster, external, LB IPs). */
   serviceIPs: "service-ips",
+  /** Verdict map: `l4proto . dport` → the service's external chain, for node ports. */
+  serviceNodeports: "service-nodeports",
   /** Verdict map: `daddr . l4proto . dport` → reject/drop, for services without endpoints. */
   noEndpointServices: "no-endpoint-services",
+  /** Verdict map: `l4proto . dport` → reject/drop, for node ports without endpoints. */
+  noEndpointNodeports: "no-endpoint-nodeports",
+  /** Set: `lb-ip . l4proto . port` of services with loadBalancerSourceRanges. */
+  firewallIPs: "firewall-ips",
+  /** Interval set: `lb-ip . l4proto . port . source-range` that may pass the firewall. */
+  firewallAllow: "firewall-allow",
   /** Set: `endpoint . endpoint` for every endpoint: matches a pod DNATed back to itself. */
   hairpinEndpoints: "hairpin-endpoints",
-  /** Map: `daddr . l4proto . dport . index` → endpoint `addr . port` (cluster traffic). */
-  serviceEndpoints: "service-endpoints",
+  /** Dynamic map: `client . daddr . l4proto . dport` → the endpoint the client sticks to. */
+  affinity: "affinity",
+  /** Verdict map: `daddr . l4proto . dport` of ClientIP services → jump to their recorder. */
+  affinityServices: "affinity-services",
 } as const;
 
 /** Kinds of per-service chain. */
-export type ServiceChainKind = "service" | "external";
+export type ServiceChainKind = "external";
 
 /** Longest readable part of a per-service chain name. */
 const MAX_READABLE = 100;
@@ -62,6 +80,45 @@ export function serviceChainName(kind: ServiceChainKind, spn: ServicePortName): 
   const identity = `${spn.namespace}/${spn.name}/${spn.protocol.toLowerCase()}/${spn.port}`;
   const readable = identity.replace(/[^A-Za-z0-9_./-]/g, "_").slice(0, MAX_READABLE);
   return `${kind}-${hash(`${kind}:${identity}`)}-${readable}`;
+}
+
+/** Transport protocols, as nft spells them. */
+export type NftProtocol = "tcp" | "udp" | "sctp";
+
+/**
+ * Map `daddr . l4proto . dport . index` → endpoint `addr . port`: all usable endpoints
+ * (`cluster-endpoints-tcp`) or this node's (`local-endpoints-tcp`). One map per protocol: the
+ * value's `typeof` must name a protocol, and nft 1.0.6 then makes every rule using the map
+ * match that protocol (a `th dport` value cannot be read back from the kernel).
+ */
+export function endpointMapName(local: boolean, protocol: NftProtocol): string {
+  return `${local ? "local" : "cluster"}-endpoints-${protocol}`;
+}
+
+/** How a load-balancing chain picks an endpoint. */
+export interface BalancerSpec {
+  /** The protocol of the service port (selects the endpoint map). */
+  readonly protocol: NftProtocol;
+  /** Number of endpoints to pick from. */
+  readonly count: number;
+  /** Pick from `local-endpoints` (this node's) instead of `cluster-endpoints`. */
+  readonly local: boolean;
+  /** Try the client's remembered endpoint (ClientIP affinity) first. */
+  readonly sticky: boolean;
+}
+
+/**
+ * Shared load-balancing chain: `lb-tcp-3` picks one of 3 endpoints of a TCP port;
+ * `local-lb-…` picks among this node's; `sticky-…` tries the client's affinity first.
+ */
+export function balancerChainName(spec: BalancerSpec): string {
+  const prefix = `${spec.sticky ? "sticky-" : ""}${spec.local ? "local-" : ""}`;
+  return `${prefix}lb-${spec.protocol}-${spec.count}`;
+}
+
+/** Shared chain recording ClientIP affinity with one timeout: `affinity-<seconds>`. */
+export function affinityChainName(timeoutSeconds: number): string {
+  return `affinity-${timeoutSeconds}`;
 }
 
 /** A comment naming a service port (`namespace/name:port`), safe inside double quotes. */

@@ -3,15 +3,38 @@
  * maps) and the fragment each service port adds to it (its chains and its elements).
  *
  * Pure functions of state and options. Per-service state lives in elements of a fixed set of
- * maps and in plain rules of per-service chains — never in a set per service — so the kernel's
- * work grows linearly with the number of services (DESIGN.md §3).
+ * maps and in plain rules; the few rules that look up a named map (`lb-N` balancers, affinity)
+ * are shared by every service with the same shape, because the kernel's cost of binding a map
+ * to a rule grows with the number of such rules (a rule per service referencing one map took 30 s
+ * at 10k services here; a shared rule took 2 s).
+ *
+ * How a packet is served (see nft/README.md for the picture):
+ * - `services` looks up `daddr . l4proto . dport` in `service-ips` (cluster, external and
+ *   load-balancer IPs) or `l4proto . dport` in `service-nodeports` (node IPs in `nodeport-ips`).
+ * - Cluster IPs go straight to a shared balancer chain (`lb-N`, or `local-lb-N` for
+ *   internalTrafficPolicy Local); external entries go through the service's `external-…`
+ *   chain, which masquerades (eTP Cluster) or short-circuits pods and the node to all endpoints
+ *   and sends the rest to this node's endpoints (eTP Local).
+ * - A balancer DNATs with `daddr . l4proto . dport . numgen random mod N` as the key into
+ *   `cluster-endpoints` or `local-endpoints`: each entry point (cluster IP, external IP, LB IP,
+ *   node IP + node port) has its own N elements there.
  *
  * @module
  */
 import type { Endpoint } from "../../model/endpoint.ts";
 import { familyOf, type IPFamily, type ServicePort } from "../../model/service_port.ts";
+import { cidrContains } from "../../model/ip.ts";
 import { selectEndpoints } from "../endpoints.ts";
-import { NAMES, serviceChainName, serviceComment } from "./names.ts";
+import {
+  affinityChainName,
+  balancerChainName,
+  type BalancerSpec,
+  endpointMapName,
+  NAMES,
+  type NftProtocol,
+  serviceChainName,
+  serviceComment,
+} from "./names.ts";
 import type { ChainDef, ElementDef, NftFamily, SetDef } from "./transaction.ts";
 
 /** How a family's ruleset is rendered. */
@@ -21,15 +44,20 @@ export interface NftRenderOptions {
   readonly family: NftFamily;
   /** Bit of the packet mark that requests masquerading (0-31). */
   readonly masqueradeBit: number;
-  /** Masquerade all traffic to services. */
+  /** Masquerade all traffic to cluster IPs. */
   readonly masqueradeAll: boolean;
-  /**
-   * nft match for "this packet does NOT come from a local pod" (e.g. `ip saddr != 10.244.0.0/16`,
-   * `iifname != "cbr0"`), or null when there is no local-traffic detector.
-   */
+  /** nft match for "comes from a local pod" (e.g. `ip saddr 10.244.0.0/16`), or null. */
+  readonly localMatch: string | null;
+  /** nft match for "does NOT come from a local pod", or null when there is no detector. */
   readonly notLocalMatch: string | null;
   /** Service CIDRs of this family: unallocated IPs inside them are dropped. */
   readonly serviceCIDRs: readonly string[];
+  /** Addresses of this node (this family) that accept node ports. */
+  readonly nodePortIPs: readonly string[];
+  /** This node's name, for local endpoints and node topology hints. */
+  readonly nodeName: string;
+  /** This node's zone, for zone topology hints (empty when unknown). */
+  readonly zone: string;
 }
 
 /** A chain with its rules. */
@@ -44,7 +72,10 @@ export interface Skeleton {
   readonly sets: readonly SetDef[];
 }
 
-/** What one service port adds: its chains (name → rules) and its elements. */
+/**
+ * What one service port adds: chains (name → rules) and elements. Chains and elements may be
+ * shared with other service ports (balancers, hairpin entries); the syncer counts owners.
+ */
 export interface Fragment {
   readonly chains: ReadonlyMap<string, readonly string[]>;
   readonly elements: readonly ElementDef[];
@@ -55,76 +86,112 @@ export function ipFamilyOf(family: NftFamily): IPFamily {
   return family === "ip" ? "IPv4" : "IPv6";
 }
 
+/** Largest number of ClientIP affinity entries per family. */
+export const AFFINITY_MAP_SIZE = 262144;
+
+const PROTOCOLS: readonly NftProtocol[] = ["tcp", "udp", "sctp"];
+
 /** Renders the fixed skeleton of one table. */
 export function renderSkeleton(options: NftRenderOptions): Skeleton {
-  const { family } = options;
-  const addr = family === "ip" ? "ipv4_addr" : "ipv6_addr";
+  const f = options.family;
+  const addr = f === "ip" ? "ipv4_addr" : "ipv6_addr";
   const mark = `0x${(1 << options.masqueradeBit >>> 0).toString(16).padStart(8, "0")}`;
-  const filterHook = (hook: "forward" | "input" | "output", priority: number | string) => ({
-    type: "filter" as const,
-    hook,
-    priority,
+  const key3 = `${f} daddr . meta l4proto . th dport`;
+  const filter = (
+    name: string,
+    hook: "prerouting" | "forward" | "input" | "output",
+    priority: number,
+    rules: string[],
+  ): ChainWithRules => ({
+    def: { name, hook: { type: "filter", hook, priority } },
+    rules,
   });
-  const checks = [
-    `ct state new jump ${NAMES.serviceEndpointsCheck}`,
-  ];
-  const clusterIPRules = [`${family} daddr @${NAMES.clusterIPs} reject`];
-  for (const cidr of options.serviceCIDRs) clusterIPRules.push(`${family} daddr ${cidr} drop`);
+  const nat = (
+    name: string,
+    hook: "prerouting" | "output" | "postrouting",
+    priority: number | string,
+    rules: string[],
+  ): ChainWithRules => ({
+    def: { name, hook: { type: "nat", hook, priority } },
+    rules,
+  });
+  const plain = (name: string, rules: string[]): ChainWithRules => ({ def: { name }, rules });
+  const newConn = (chain: string) => `ct state new jump ${chain}`;
+
+  const masqueradeClusterIPs = options.masqueradeAll
+    ? [`${f} daddr @${NAMES.clusterIPs} jump ${NAMES.markForMasquerade}`]
+    : options.notLocalMatch
+    ? [`${f} daddr @${NAMES.clusterIPs} ${options.notLocalMatch} jump ${NAMES.markForMasquerade}`]
+    : [];
+  const clusterIPRules = [`${f} daddr @${NAMES.clusterIPs} reject`];
+  for (const cidr of options.serviceCIDRs) clusterIPRules.push(`${f} daddr ${cidr} drop`);
+  const affinityRecords = PROTOCOLS.map((p) =>
+    `meta l4proto ${p} ct status dnat ct original ${f} daddr . meta l4proto . ct original proto-dst vmap @${NAMES.affinityServices}`
+  );
+
   const chains: ChainWithRules[] = [
-    {
-      def: { name: NAMES.filterForward, hook: filterHook("forward", -110) },
-      rules: [...checks, `ct state new jump ${NAMES.clusterIPsCheck}`],
-    },
-    { def: { name: NAMES.filterInput, hook: filterHook("input", -110) }, rules: checks },
-    { def: { name: NAMES.filterOutput, hook: filterHook("output", -110) }, rules: checks },
-    {
-      def: { name: NAMES.filterOutputPostDnat, hook: filterHook("output", -90) },
-      rules: [`ct state new jump ${NAMES.clusterIPsCheck}`],
-    },
-    {
-      def: {
-        name: NAMES.natPrerouting,
-        hook: { type: "nat", hook: "prerouting", priority: "dstnat" },
-      },
-      rules: [`jump ${NAMES.services}`],
-    },
-    {
-      def: { name: NAMES.natOutput, hook: { type: "nat", hook: "output", priority: -100 } },
-      rules: [`jump ${NAMES.services}`],
-    },
-    {
-      def: {
-        name: NAMES.natPostrouting,
-        hook: { type: "nat", hook: "postrouting", priority: "srcnat" },
-      },
-      rules: [
-        `ct status dnat ${family} saddr . ${family} daddr @${NAMES.hairpinEndpoints} jump ${NAMES.markForMasquerade}`,
-        `jump ${NAMES.masquerading}`,
-      ],
-    },
-    {
-      def: { name: NAMES.services },
-      rules: [`${family} daddr . meta l4proto . th dport vmap @${NAMES.serviceIPs}`],
-    },
-    { def: { name: NAMES.markForMasquerade }, rules: [`meta mark set meta mark | ${mark}`] },
-    {
-      def: { name: NAMES.masquerading },
-      rules: [
-        `meta mark & ${mark} == 0 return`,
-        `meta mark set meta mark ^ ${mark}`,
-        "masquerade fully-random",
-      ],
-    },
-    {
-      def: { name: NAMES.serviceEndpointsCheck },
-      rules: [`${family} daddr . meta l4proto . th dport vmap @${NAMES.noEndpointServices}`],
-    },
-    { def: { name: NAMES.clusterIPsCheck }, rules: clusterIPRules },
-    { def: { name: NAMES.rejectChain }, rules: ["reject"] },
+    filter(NAMES.filterPrerouting, "prerouting", -110, [newConn(NAMES.firewallCheck)]),
+    filter(NAMES.filterInput, "input", -110, [
+      newConn(NAMES.nodeportEndpointsCheck),
+      newConn(NAMES.serviceEndpointsCheck),
+    ]),
+    filter(NAMES.filterForward, "forward", -110, [
+      newConn(NAMES.serviceEndpointsCheck),
+      newConn(NAMES.clusterIPsCheck),
+    ]),
+    filter(NAMES.filterOutput, "output", -110, [
+      newConn(NAMES.serviceEndpointsCheck),
+      newConn(NAMES.nodeportEndpointsCheck),
+      newConn(NAMES.firewallCheck),
+    ]),
+    filter(NAMES.filterOutputPostDnat, "output", -90, [newConn(NAMES.clusterIPsCheck)]),
+    nat(NAMES.natPrerouting, "prerouting", "dstnat", [`jump ${NAMES.services}`]),
+    nat(NAMES.natOutput, "output", -100, [`jump ${NAMES.services}`]),
+    nat(NAMES.natPostrouting, "postrouting", "srcnat", [
+      ...affinityRecords,
+      `ct status dnat ${f} saddr . ${f} daddr @${NAMES.hairpinEndpoints} jump ${NAMES.markForMasquerade}`,
+      `jump ${NAMES.masquerading}`,
+    ]),
+    plain(NAMES.services, [
+      ...masqueradeClusterIPs,
+      `${key3} vmap @${NAMES.serviceIPs}`,
+      `${f} daddr @${NAMES.nodeportIPs} meta l4proto . th dport vmap @${NAMES.serviceNodeports}`,
+    ]),
+    plain(NAMES.markForMasquerade, [`meta mark set meta mark | ${mark}`]),
+    plain(NAMES.masquerading, [
+      `meta mark & ${mark} == 0 return`,
+      `meta mark set meta mark ^ ${mark}`,
+      "masquerade fully-random",
+    ]),
+    plain(NAMES.serviceEndpointsCheck, [`${key3} vmap @${NAMES.noEndpointServices}`]),
+    plain(NAMES.nodeportEndpointsCheck, [
+      `${f} daddr @${NAMES.nodeportIPs} meta l4proto . th dport vmap @${NAMES.noEndpointNodeports}`,
+    ]),
+    plain(NAMES.clusterIPsCheck, clusterIPRules),
+    plain(NAMES.firewallCheck, [
+      `${key3} . ${f} saddr @${NAMES.firewallAllow} return`,
+      `${key3} @${NAMES.firewallIPs} drop`,
+    ]),
+    plain(NAMES.rejectChain, ["reject"]),
   ];
   const serviceKey = `${addr} . inet_proto . inet_service`;
+  const portKey = "inet_proto . inet_service";
+  const endpointMaps = [false, true].flatMap((local) =>
+    PROTOCOLS.map((p): SetDef => ({
+      kind: "map",
+      name: endpointMapName(local, p),
+      type: `typeof ${key3} . numgen random mod 1 : ${f} daddr . ${p} dport`,
+      comment: `entry point and index to ${local ? "this node's" : "all"} ${p} endpoints`,
+    }))
+  );
   const sets: SetDef[] = [
     { kind: "set", name: NAMES.clusterIPs, type: `type ${addr}`, comment: "Active ClusterIPs" },
+    {
+      kind: "set",
+      name: NAMES.nodeportIPs,
+      type: `type ${addr}`,
+      comment: "Node addresses that accept node ports",
+    },
     {
       kind: "map",
       name: NAMES.serviceIPs,
@@ -133,10 +200,36 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     },
     {
       kind: "map",
+      name: NAMES.serviceNodeports,
+      type: `type ${portKey} : verdict`,
+      comment: "NodePort traffic",
+    },
+    {
+      kind: "map",
       name: NAMES.noEndpointServices,
       type: `type ${serviceKey} : verdict`,
       comment: "vmap to drop or reject packets to services with no endpoints",
     },
+    {
+      kind: "map",
+      name: NAMES.noEndpointNodeports,
+      type: `type ${portKey} : verdict`,
+      comment: "vmap to drop or reject packets to service nodeports with no endpoints",
+    },
+    {
+      kind: "set",
+      name: NAMES.firewallIPs,
+      type: `type ${serviceKey}`,
+      comment: "LoadBalancer IPs with loadBalancerSourceRanges",
+    },
+    {
+      kind: "set",
+      name: NAMES.firewallAllow,
+      type: `type ${serviceKey} . ${addr}`,
+      flags: ["interval"],
+      comment: "Sources allowed by loadBalancerSourceRanges",
+    },
+    ...endpointMaps,
     {
       kind: "set",
       name: NAMES.hairpinEndpoints,
@@ -145,13 +238,27 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     },
     {
       kind: "map",
-      name: NAMES.serviceEndpoints,
-      type:
-        `typeof ${family} daddr . meta l4proto . th dport . numgen random mod 1 : ${family} daddr . tcp dport`,
-      comment: "service address, protocol, port and endpoint index to endpoint",
+      name: NAMES.affinity,
+      type: `type ${addr} . ${serviceKey} : ${addr} . inet_service`,
+      flags: ["dynamic", "timeout"],
+      size: AFFINITY_MAP_SIZE,
+      dynamic: true,
+      comment: "ClientIP affinity: client . entry point to the endpoint it sticks to",
+    },
+    {
+      kind: "map",
+      name: NAMES.affinityServices,
+      type: `type ${serviceKey} : verdict`,
+      comment: "ClientIP affinity services: entry point to the chain recording affinity",
     },
   ];
   return { chains, sets };
+}
+
+/** One way into a service port: the address (or node IP) and port the client used. */
+interface Entry {
+  readonly address: string;
+  readonly port: number;
 }
 
 /**
@@ -164,45 +271,178 @@ export function renderServicePort(
   options: NftRenderOptions,
 ): Fragment | null {
   const ipFamily = ipFamilyOf(options.family);
-  const clusterIP = port.clusterIPs.find((ip) => familyOf(ip) === ipFamily);
+  const inFamily = (ips: readonly string[]) => ips.filter((ip) => familyOf(ip) === ipFamily);
+  const [clusterIP] = inFamily(port.clusterIPs);
   if (clusterIP === undefined) return null;
-  const family = options.family;
-  const proto = port.name.protocol.toLowerCase();
-  const comment = serviceComment(port.name);
-  const selection = selectEndpoints(
-    port,
-    endpoints.filter((ep) => familyOf(ep.ip) === ipFamily),
-  );
-  const targets = port.internalPolicyLocal ? selection.local : selection.cluster;
-  const serviceKey = `${clusterIP} . ${proto} . ${port.port}`;
-  const elements: ElementDef[] = [{ set: NAMES.clusterIPs, key: clusterIP, comment }];
-  const chains = new Map<string, readonly string[]>();
-  if (targets.length === 0) {
-    const verdict = port.internalPolicyLocal && selection.cluster.length > 0
-      ? "drop"
-      : `goto ${NAMES.rejectChain}`;
-    elements.push({ set: NAMES.noEndpointServices, key: serviceKey, value: verdict, comment });
-    return { chains, elements };
-  }
-  const chain = serviceChainName("service", port.name);
-  const rules: string[] = [];
-  if (options.masqueradeAll) rules.push(`jump ${NAMES.markForMasquerade}`);
-  else if (options.notLocalMatch) {
-    rules.push(`${options.notLocalMatch} jump ${NAMES.markForMasquerade}`);
-  }
-  rules.push(
-    `dnat ${family} to ${family} daddr . meta l4proto . th dport . numgen random mod ${targets.length} map @${NAMES.serviceEndpoints}`,
-  );
-  chains.set(chain, rules);
-  elements.push({ set: NAMES.serviceIPs, key: serviceKey, value: `goto ${chain}`, comment });
-  targets.forEach((ep, i) => {
-    elements.push({
-      set: NAMES.serviceEndpoints,
-      key: `${serviceKey} . ${i}`,
-      value: `${ep.ip} . ${ep.port}`,
-      comment,
-    });
-    elements.push({ set: NAMES.hairpinEndpoints, key: `${ep.ip} . ${ep.ip}` });
+  const r = new FragmentBuilder(port, options);
+  const selection = selectEndpoints(port, endpoints.filter((ep) => familyOf(ep.ip) === ipFamily), {
+    nodeName: options.nodeName,
+    zone: options.zone,
   });
-  return { chains, elements };
+  const internal = port.internalPolicyLocal ? selection.local : selection.cluster;
+  const sticky = port.sessionAffinity !== null;
+
+  // The cluster IP: internal traffic policy.
+  const clusterEntry: Entry = { address: clusterIP, port: port.port };
+  r.element(NAMES.clusterIPs, clusterIP);
+  if (internal.length > 0) {
+    const target = r.balancer(internal, { local: port.internalPolicyLocal, sticky });
+    r.element(NAMES.serviceIPs, r.serviceKey(clusterEntry), `goto ${target}`);
+    r.endpoints(clusterEntry, internal, port.internalPolicyLocal);
+  } else {
+    r.element(
+      NAMES.noEndpointServices,
+      r.serviceKey(clusterEntry),
+      selection.any ? "drop" : `goto ${NAMES.rejectChain}`,
+    );
+  }
+
+  // External IPs, load-balancer IPs and node ports: external traffic policy.
+  const addressEntries = [...inFamily(port.externalIPs), ...inFamily(port.loadBalancerIPs)]
+    .map((address): Entry => ({ address, port: port.port }));
+  const nodePortEntries = port.nodePort === 0
+    ? []
+    : options.nodePortIPs.map((address): Entry => ({ address, port: port.nodePort }));
+  if (addressEntries.length + nodePortEntries.length > 0) {
+    const nodePortKey = `${r.proto} . ${port.nodePort}`;
+    if (!selection.any) {
+      for (const e of addressEntries) {
+        r.element(NAMES.noEndpointServices, r.serviceKey(e), `goto ${NAMES.rejectChain}`);
+      }
+      if (nodePortEntries.length > 0) {
+        r.element(NAMES.noEndpointNodeports, nodePortKey, `goto ${NAMES.rejectChain}`);
+      }
+    } else {
+      const external = r.externalChain(selection.cluster, selection.local);
+      for (const e of addressEntries) {
+        r.element(NAMES.serviceIPs, r.serviceKey(e), `goto ${external}`);
+      }
+      if (nodePortEntries.length > 0) {
+        r.element(NAMES.serviceNodeports, nodePortKey, `goto ${external}`);
+      }
+      for (const e of [...addressEntries, ...nodePortEntries]) {
+        // eTP Local short-circuits pods and the node to all endpoints, so both maps are used.
+        if (!port.externalPolicyLocal || selection.cluster.length > 0) {
+          r.endpoints(e, selection.cluster, false);
+        }
+        if (port.externalPolicyLocal) r.endpoints(e, selection.local, true);
+      }
+    }
+  }
+
+  // loadBalancerSourceRanges guard the load-balancer IPs only.
+  const ranges = port.loadBalancerSourceRanges.filter((c) =>
+    familyOf(c.split("/")[0]) === ipFamily
+  );
+  if (port.loadBalancerSourceRanges.length > 0) {
+    const nodeInRange = options.nodePortIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
+    for (const lbIP of inFamily(port.loadBalancerIPs)) {
+      const key = r.serviceKey({ address: lbIP, port: port.port });
+      r.element(NAMES.firewallIPs, key);
+      for (const range of ranges) r.element(NAMES.firewallAllow, `${key} . ${range}`);
+      // Upstream: when the node is inside a range, traffic the node routes with the LB IP as
+      // its source (LB IP assigned locally) is allowed too.
+      if (nodeInRange) r.element(NAMES.firewallAllow, `${key} . ${lbIP}`);
+    }
+  }
+  return r.build();
+}
+
+/** Accumulates one service port's chains and elements. */
+class FragmentBuilder {
+  readonly chains = new Map<string, readonly string[]>();
+  readonly elements: ElementDef[] = [];
+  readonly proto: NftProtocol;
+  readonly #port: ServicePort;
+  readonly #options: NftRenderOptions;
+  readonly #comment: string;
+
+  constructor(port: ServicePort, options: NftRenderOptions) {
+    this.#port = port;
+    this.#options = options;
+    this.proto = port.name.protocol.toLowerCase() as NftProtocol;
+    this.#comment = serviceComment(port.name);
+  }
+
+  serviceKey(entry: Entry): string {
+    return `${entry.address} . ${this.proto} . ${entry.port}`;
+  }
+
+  element(set: string, key: string, value?: string): void {
+    this.elements.push({ set, key, value, comment: this.#comment });
+  }
+
+  /** The endpoints of one entry point in the cluster or local map, plus hairpin entries. */
+  endpoints(entry: Entry, endpoints: readonly Endpoint[], local: boolean): void {
+    const map = endpointMapName(local, this.proto);
+    const key = this.serviceKey(entry);
+    endpoints.forEach((ep, i) => {
+      this.element(map, `${key} . ${i}`, `${ep.ip} . ${ep.port}`);
+      this.elements.push({ set: NAMES.hairpinEndpoints, key: `${ep.ip} . ${ep.ip}` });
+    });
+    if (this.#port.sessionAffinity !== null) {
+      const recorder = affinityChainName(this.#port.sessionAffinity.timeoutSeconds);
+      this.chains.set(
+        recorder,
+        affinityRecorderRules(this.#options.family, this.#port.sessionAffinity.timeoutSeconds),
+      );
+      this.element(NAMES.affinityServices, key, `jump ${recorder}`);
+    }
+  }
+
+  /** The shared balancer chain for these endpoints; adds it (and what it uses) to the fragment. */
+  balancer(endpoints: readonly Endpoint[], how: { local: boolean; sticky: boolean }): string {
+    const spec: BalancerSpec = { protocol: this.proto, count: endpoints.length, ...how };
+    const plainSpec = { ...spec, sticky: false };
+    const plainName = balancerChainName(plainSpec);
+    const f = this.#options.family;
+    const map = endpointMapName(spec.local, spec.protocol);
+    this.chains.set(plainName, [
+      `dnat ${f} to ${f} daddr . meta l4proto . th dport . numgen random mod ${spec.count} map @${map}`,
+    ]);
+    if (!spec.sticky) return plainName;
+    const name = balancerChainName(spec);
+    this.chains.set(name, [
+      `dnat ${f} to ${f} saddr . ${f} daddr . meta l4proto . th dport map @${NAMES.affinity}`,
+      `goto ${plainName}`,
+    ]);
+    return name;
+  }
+
+  /** The service's external chain (external IPs, LB IPs, node ports). */
+  externalChain(cluster: readonly Endpoint[], local: readonly Endpoint[]): string {
+    const port = this.#port;
+    const sticky = port.sessionAffinity !== null;
+    const name = serviceChainName("external", port.name);
+    const rules: string[] = [];
+    if (!port.externalPolicyLocal) {
+      rules.push(
+        `jump ${NAMES.markForMasquerade}`,
+        `goto ${this.balancer(cluster, { local: false, sticky })}`,
+      );
+    } else {
+      if (cluster.length > 0) {
+        const all = this.balancer(cluster, { local: false, sticky });
+        if (this.#options.localMatch) rules.push(`${this.#options.localMatch} goto ${all}`);
+        rules.push(`fib saddr type local jump ${NAMES.markForMasquerade}`);
+        rules.push(`fib saddr type local goto ${all}`);
+      }
+      rules.push(
+        local.length > 0 ? `goto ${this.balancer(local, { local: true, sticky })}` : "drop",
+      );
+    }
+    this.chains.set(name, rules);
+    return name;
+  }
+
+  build(): Fragment {
+    return { chains: this.chains, elements: this.elements };
+  }
+}
+
+/** Rules of `affinity-<T>`: remember, per client and entry point, the endpoint chosen. */
+function affinityRecorderRules(family: NftFamily, timeoutSeconds: number): string[] {
+  return PROTOCOLS.map((p) =>
+    `meta l4proto ${p} update @${NAMES.affinity} { ${family} saddr . ct original ${family} daddr . meta l4proto . ct original proto-dst timeout ${timeoutSeconds}s : ${family} daddr . ${p} dport }`
+  );
 }

@@ -8,9 +8,11 @@
  * everything; the first one (kernel state unknown) deletes and recreates the table inside the
  * same transaction, so there is never a moment without rules.
  *
- * Elements can be wanted by several service ports at once (two services sharing an external
- * IP add the same `cluster-ips`-style element): they are reference-counted, and the first
- * owner's value wins when two owners disagree, so a script never adds a key twice.
+ * Chains and elements can be wanted by several service ports at once (every service with three
+ * endpoints uses the chain `lb-3`; two services sharing an endpoint add the same hairpin
+ * element): they are reference-counted by owner, and the first owner's content wins when two
+ * owners disagree, so a script never adds a key twice. A chain is created when its first owner
+ * appears and deleted, last in the transaction, when its last owner goes.
  *
  * @module
  */
@@ -53,12 +55,15 @@ export interface SyncPlan {
 
 const TABLE_COMMENT = "rules for kube-nftproxy";
 
-type Owners = Map<string, ElementDef>;
+/** Owner (service port key) → what it wants, in insertion order; the first one is in force. */
+type Owners<T> = Map<string, T>;
 
 interface Applied {
   readonly optionsKey: string;
+  readonly skeleton: Skeleton;
   readonly fragments: Map<string, Fragment>;
-  readonly elements: Map<string, Owners>;
+  readonly chains: Map<string, Owners<readonly string[]>>;
+  readonly elements: Map<string, Owners<ElementDef>>;
 }
 
 /** Plans the transactions of one nft family. */
@@ -90,29 +95,35 @@ export class NftSyncer {
       const fragment = renderServicePort(port, input.endpoints.get(key) ?? [], options);
       if (fragment) fragments.set(key, fragment);
     }
-    const elements = new Map<string, Owners>();
-    for (const [key, fragment] of fragments) addOwner(elements, key, fragment);
+    const chains = new Map<string, Owners<readonly string[]>>();
+    const elements = new Map<string, Owners<ElementDef>>();
+    for (const [key, fragment] of fragments) addOwner(chains, elements, key, fragment);
 
-    declareSkeleton(tx, skeleton, previous !== null);
-    for (const fragment of fragments.values()) {
-      for (const name of fragment.chains.keys()) tx.addChain({ name }).flushChain(name);
+    for (const set of skeleton.sets) {
+      tx.addSet(set);
+      if (previous !== null && !set.dynamic) tx.flushSet(set.kind, set.name);
+    }
+    for (const { def } of skeleton.chains) {
+      tx.addChain(def);
+      if (previous !== null) tx.flushChain(def.name);
+    }
+    for (const name of chains.keys()) {
+      tx.addChain({ name });
+      if (previous?.chains.has(name)) tx.flushChain(name);
     }
     for (const { def, rules } of skeleton.chains) rules.forEach((r) => tx.addRule(def.name, r));
-    for (const fragment of fragments.values()) {
-      for (const [name, rules] of fragment.chains) rules.forEach((r) => tx.addRule(name, r));
-    }
-    addActiveElements(tx, elements.values());
+    for (const [name, owners] of chains) first(owners)!.forEach((r) => tx.addRule(name, r));
+    addElements(tx, [...elements.values()].map(first));
     if (previous !== null) {
-      const stale = staleChains(previous.fragments.values(), fragments);
-      stale.forEach((name) => tx.flushChain(name));
-      stale.forEach((name) => tx.deleteChain(name));
+      const stale = [...previous.chains.keys()].filter((name) => !chains.has(name));
+      deleteChains(tx, stale);
     }
     return {
       script: tx.toString(),
       full: true,
       servicePortsChanged: fragments.size,
       commit: () => {
-        this.#applied = { optionsKey, fragments, elements };
+        this.#applied = { optionsKey, skeleton, fragments, chains, elements };
       },
     };
   }
@@ -130,47 +141,50 @@ export class NftSyncer {
       const fragment = port
         ? renderServicePort(port, input.endpoints.get(key) ?? [], options)
         : null;
-      if (fragment !== null || applied.fragments.has(key)) replaced.set(key, fragment);
+      const before = applied.fragments.get(key) ?? null;
+      if (!sameFragment(before, fragment)) replaced.set(key, fragment);
     }
-    // Chains: add new ones, rewrite changed ones, delete vanished ones (last).
-    const deleted: string[] = [];
-    let servicePortsChanged = 0;
-    for (const [key, fragment] of replaced) {
-      const before = applied.fragments.get(key)?.chains ?? new Map<string, readonly string[]>();
-      const after = fragment?.chains ?? new Map<string, readonly string[]>();
-      let touched = false;
-      for (const [name, rules] of after) {
-        const old = before.get(name);
-        if (old !== undefined && sameRules(old, rules)) continue;
-        tx.addChain({ name });
-        if (old !== undefined) tx.flushChain(name);
-        rules.forEach((r) => tx.addRule(name, r));
-        touched = true;
-      }
-      for (const name of before.keys()) {
-        if (!after.has(name)) {
-          deleted.push(name);
-          touched = true;
-        }
-      }
-      if (touched) servicePortsChanged++;
-    }
-    // Elements: simulate the owner changes on copies of the affected entries.
-    const overlay = new Map<string, Owners>();
-    const ownersOf = (id: string): Owners => {
+    // Simulate the owner changes on copies of the affected entries only.
+    const chainOverlay = new Map<string, Owners<readonly string[]>>();
+    const elementOverlay = new Map<string, Owners<ElementDef>>();
+    const copy = <T>(overlay: Map<string, Owners<T>>, from: Map<string, Owners<T>>, id: string) => {
       let owners = overlay.get(id);
-      if (owners === undefined) overlay.set(id, owners = new Map(applied.elements.get(id)));
+      if (owners === undefined) overlay.set(id, owners = new Map(from.get(id)));
       return owners;
     };
     for (const [key, fragment] of replaced) {
-      for (const e of applied.fragments.get(key)?.elements ?? []) {
-        ownersOf(elementId(e)).delete(key);
+      const before = applied.fragments.get(key);
+      for (const name of before?.chains.keys() ?? []) {
+        copy(chainOverlay, applied.chains, name).delete(key);
       }
-      for (const e of fragment?.elements ?? []) ownersOf(elementId(e)).set(key, e);
+      for (const e of before?.elements ?? []) {
+        copy(elementOverlay, applied.elements, elementId(e)).delete(key);
+      }
+      for (const [name, rules] of fragment?.chains ?? []) {
+        copy(chainOverlay, applied.chains, name).set(key, rules);
+      }
+      for (const e of fragment?.elements ?? []) {
+        copy(elementOverlay, applied.elements, elementId(e)).set(key, e);
+      }
+    }
+    // Chains first (elements may point at new ones), deletions last (after the elements and
+    // rules that pointed at them are gone).
+    const deleted: string[] = [];
+    for (const [name, owners] of chainOverlay) {
+      const before = first(applied.chains.get(name));
+      const after = first(owners);
+      if (after === undefined) {
+        if (before !== undefined) deleted.push(name);
+        continue;
+      }
+      if (before !== undefined && sameRules(before, after)) continue;
+      tx.addChain({ name });
+      if (before !== undefined) tx.flushChain(name);
+      after.forEach((r) => tx.addRule(name, r));
     }
     const removals = new Map<string, string[]>();
     const additions: ElementDef[] = [];
-    for (const [id, owners] of overlay) {
+    for (const [id, owners] of elementOverlay) {
       const before = first(applied.elements.get(id));
       const after = first(owners);
       if (sameElement(before, after)) continue;
@@ -178,41 +192,35 @@ export class NftSyncer {
       if (after) additions.push(after);
     }
     for (const [set, keys] of removals) tx.deleteElements(set, keys);
-    addActiveElements(tx, additions.map((e) => new Map([["", e]])));
-    deleted.forEach((name) => tx.flushChain(name));
-    deleted.forEach((name) => tx.deleteChain(name));
-    if (removals.size > 0 || additions.length > 0) servicePortsChanged ||= replaced.size;
+    addElements(tx, additions);
+    deleteChains(tx, deleted);
     return {
       script: tx.toString(),
       full: false,
-      servicePortsChanged,
+      servicePortsChanged: replaced.size,
       commit: () => {
         for (const [key, fragment] of replaced) {
           if (fragment) applied.fragments.set(key, fragment);
           else applied.fragments.delete(key);
         }
-        for (const [id, owners] of overlay) {
-          if (owners.size > 0) applied.elements.set(id, owners);
-          else applied.elements.delete(id);
-        }
+        mergeOverlay(applied.chains, chainOverlay);
+        mergeOverlay(applied.elements, elementOverlay);
       },
     };
   }
 }
 
-/** Declares the skeleton's sets and chains; on a re-assert, empties sets and chains first. */
-function declareSkeleton(tx: Transaction, skeleton: Skeleton, reassert: boolean): void {
-  for (const set of skeleton.sets) {
-    tx.addSet(set);
-    if (reassert) tx.flushSet(set.kind, set.name);
+function addOwner(
+  chains: Map<string, Owners<readonly string[]>>,
+  elements: Map<string, Owners<ElementDef>>,
+  owner: string,
+  fragment: Fragment,
+): void {
+  for (const [name, rules] of fragment.chains) {
+    let owners = chains.get(name);
+    if (owners === undefined) chains.set(name, owners = new Map());
+    owners.set(owner, rules);
   }
-  for (const { def } of skeleton.chains) {
-    tx.addChain(def);
-    if (reassert) tx.flushChain(def.name);
-  }
-}
-
-function addOwner(elements: Map<string, Owners>, owner: string, fragment: Fragment): void {
   for (const e of fragment.elements) {
     const id = elementId(e);
     let owners = elements.get(id);
@@ -221,35 +229,33 @@ function addOwner(elements: Map<string, Owners>, owner: string, fragment: Fragme
   }
 }
 
-/** Adds the active (first-owner) element of each entry, grouped by set. */
-function addActiveElements(tx: Transaction, entries: Iterable<Owners>): void {
-  const bySet = new Map<string, ElementDef[]>();
-  for (const owners of entries) {
-    const e = first(owners);
-    if (e) pushTo(bySet, e.set, e);
+function mergeOverlay<T>(target: Map<string, Owners<T>>, overlay: Map<string, Owners<T>>): void {
+  for (const [id, owners] of overlay) {
+    if (owners.size > 0) target.set(id, owners);
+    else target.delete(id);
   }
-  for (const [set, elements] of bySet) tx.addElements(set, elements);
 }
 
-function staleChains(before: Iterable<Fragment>, after: Map<string, Fragment>): string[] {
-  const wanted = new Set<string>();
-  for (const fragment of after.values()) {
-    for (const name of fragment.chains.keys()) wanted.add(name);
-  }
-  const stale: string[] = [];
-  for (const fragment of before) {
-    for (const name of fragment.chains.keys()) if (!wanted.has(name)) stale.push(name);
-  }
-  return stale;
+/** Adds elements grouped by set. */
+function addElements(tx: Transaction, elements: readonly (ElementDef | undefined)[]): void {
+  const bySet = new Map<string, ElementDef[]>();
+  for (const e of elements) if (e) pushTo(bySet, e.set, e);
+  for (const [set, list] of bySet) tx.addElements(set, list);
+}
+
+/** Empties, then deletes chains (a chain's rules may jump to another chain being deleted). */
+function deleteChains(tx: Transaction, names: readonly string[]): void {
+  names.forEach((name) => tx.flushChain(name));
+  names.forEach((name) => tx.deleteChain(name));
 }
 
 function elementId(e: ElementDef): string {
   return `${e.set}\u0000${e.key}`;
 }
 
-function first(owners: Owners | undefined): ElementDef | undefined {
+function first<T>(owners: Owners<T> | undefined): T | undefined {
   if (owners === undefined) return undefined;
-  for (const e of owners.values()) return e;
+  for (const value of owners.values()) return value;
   return undefined;
 }
 
@@ -260,6 +266,19 @@ function sameElement(a: ElementDef | undefined, b: ElementDef | undefined): bool
 
 function sameRules(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((r, i) => r === b[i]);
+}
+
+function sameFragment(a: Fragment | null, b: Fragment | null): boolean {
+  if (a === null || b === null) return a === b;
+  if (a.elements.length !== b.elements.length || a.chains.size !== b.chains.size) return false;
+  for (const [name, rules] of a.chains) {
+    const other = b.chains.get(name);
+    if (other === undefined || !sameRules(rules, other)) return false;
+  }
+  return a.elements.every((e, i) => {
+    const o = b.elements[i];
+    return e.set === o.set && e.key === o.key && e.value === o.value && e.comment === o.comment;
+  });
 }
 
 function pushTo<T>(map: Map<string, T[]>, key: string, value: T): void {

@@ -100,12 +100,11 @@ Deno.test({
     assert.equal(
       partial,
       [
-        "add chain ip kube-nftproxy service-SD72AZIC-default/empty/tcp/http",
-        "add rule ip kube-nftproxy service-SD72AZIC-default/empty/tcp/http ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
-        "add rule ip kube-nftproxy service-SD72AZIC-default/empty/tcp/http dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @service-endpoints",
+        "add chain ip kube-nftproxy lb-tcp-1",
+        "add rule ip kube-nftproxy lb-tcp-1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @cluster-endpoints-tcp",
         "delete element ip kube-nftproxy no-endpoint-services { 10.96.0.11 . tcp . 80 }",
-        'add element ip kube-nftproxy service-ips { 10.96.0.11 . tcp . 80 comment "default/empty:http" : goto service-SD72AZIC-default/empty/tcp/http }',
-        'add element ip kube-nftproxy service-endpoints { 10.96.0.11 . tcp . 80 . 0 comment "default/empty:http" : 10.244.1.13 . 8080 }',
+        'add element ip kube-nftproxy service-ips { 10.96.0.11 . tcp . 80 comment "default/empty:http" : goto lb-tcp-1 }',
+        'add element ip kube-nftproxy cluster-endpoints-tcp { 10.96.0.11 . tcp . 80 . 0 comment "default/empty:http" : 10.244.1.13 . 8080 }',
         "add element ip kube-nftproxy hairpin-endpoints { 10.244.1.13 . 10.244.1.13 }",
         "",
       ].join("\n"),
@@ -131,11 +130,11 @@ Deno.test({
     });
     state.onEvent({ kind: "Service", previous: web });
     const partial = sync(state, planner);
-    assert.match(partial, /^delete chain ip kube-nftproxy service-\w+-default\/web\/tcp\/http$/m);
-    assert.match(partial, /^delete chain ip6 kube-nftproxy service-\w+-default\/web\/tcp\/http$/m);
+    assert.match(partial, /^delete chain ip kube-nftproxy lb-tcp-2$/m, "no service uses lb-2 any more");
+    assert.match(partial, /^delete chain ip6 kube-nftproxy lb-tcp-1$/m);
     assert.match(
       partial,
-      /^delete element ip kube-nftproxy service-endpoints \{ .*10\.96\.0\.10 \. tcp \. 80 \. 0/m,
+      /^delete element ip kube-nftproxy cluster-endpoints-tcp \{ .*10\.96\.0\.10 \. tcp \. 80 \. 0/m,
     );
     assert.doesNotMatch(partial, /default\/empty/);
     await withScratch(async (k) => {
@@ -159,8 +158,13 @@ Deno.test({
     });
     const full = sync(state, planner, true);
     assert.doesNotMatch(full, /delete table/, "only the first sync recreates the table");
-    assert.match(full, /^flush map ip kube-nftproxy service-endpoints$/m);
-    assert.match(full, /^delete chain ip kube-nftproxy service-\w+-default\/web\/udp\/dns$/m);
+    assert.match(full, /^flush map ip kube-nftproxy cluster-endpoints-tcp$/m);
+    assert.doesNotMatch(
+      full,
+      /^flush map ip kube-nftproxy affinity$/m,
+      "affinity survives re-syncs",
+    );
+    assert.match(full, /^delete chain ip kube-nftproxy lb-tcp-2$/m);
     await withScratch(async (k) => {
       await k.load(first);
       await k.load(full);

@@ -34,6 +34,10 @@ export interface SetDef {
   /** Either `type …` or `typeof …`, written out in full. */
   readonly type: string;
   readonly flags?: readonly string[];
+  /** Largest number of elements (nft's default for dynamic sets is 65535). */
+  readonly size?: number;
+  /** Filled by the packet path (e.g. `update @set`): never flushed by a re-sync. */
+  readonly dynamic?: boolean;
   readonly comment?: string;
 }
 
@@ -110,6 +114,7 @@ export class Transaction {
   addSet(set: SetDef): this {
     const parts = [`${set.type};`];
     if (set.flags?.length) parts.push(`flags ${set.flags.join(",")};`);
+    if (set.size !== undefined) parts.push(`size ${set.size};`);
     if (set.comment) parts.push(`comment "${set.comment}";`);
     this.#lines.push(`add ${set.kind} ${this.#prefix} ${set.name} { ${parts.join(" ")} }`);
     return this;
