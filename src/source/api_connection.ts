@@ -1,0 +1,217 @@
+/**
+ * The connection to the Kubernetes API server: which URL, which credentials, which TLS
+ * material — read from a kubeconfig file, the in-cluster service account, or a `--master` URL —
+ * and a `get()` that sends an authenticated request with Deno's `fetch`.
+ *
+ * `@kubernetes/client-node` is used only to read the configuration and to produce the
+ * credentials (bearer tokens, token files that rotate, exec and auth-provider plugins,
+ * impersonation, basic auth); requests go through Deno's own `fetch`, with a
+ * `Deno.createHttpClient` carrying the cluster CA, the client certificate and key, and the
+ * cluster's proxy.
+ *
+ * @module
+ */
+
+import { type Cluster, KubeConfig, type User } from "@kubernetes/client-node";
+import type { RequestOptions } from "node:https";
+import { VERSION } from "../version.ts";
+
+/** Where the service-account files live inside a pod. */
+const SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/** Options of {@link connectApi}. */
+export interface ApiConnectionOptions {
+  /** Path of a kubeconfig file; empty or absent means in-cluster or `master`. */
+  kubeconfig?: string;
+  /** API server URL; overrides the kubeconfig's server, or stands alone without a kubeconfig. */
+  master?: string;
+  /** Where warnings go. Default `console.error`. */
+  log?: (line: string) => void;
+  /** Sends requests (tests substitute it). Default the global `fetch`. */
+  fetch?: typeof fetch;
+  /**
+   * Prefix of the in-cluster service-account paths (`/var/run/secrets/...`), for tests.
+   * Default `""`.
+   */
+  inClusterPathPrefix?: string;
+}
+
+/** The configuration could not be loaded: missing file, no current context, not in a pod. */
+export class ApiConfigError extends Error {
+  /** Always `"ApiConfigError"`. */
+  override name = "ApiConfigError";
+}
+
+/** An open connection to one API server. */
+export interface ApiConnection {
+  /** The server's base URL, without a trailing slash (e.g. `https://10.0.0.1:6443`). */
+  readonly server: string;
+  /**
+   * Sends `GET server + path` (path with its query, starting with `/`) with the current
+   * credentials, `Accept: application/json` and a User-Agent; `signal` aborts it.
+   */
+  get(path: string, signal: AbortSignal): Promise<Response>;
+  /** Releases the HTTP client (TLS material, pooled connections). */
+  close(): void;
+}
+
+/**
+ * Loads the API configuration the way upstream kube-proxy does: `kubeconfig` when given (its
+ * current context; `master` then overrides the server URL), else `master` alone (no
+ * credentials), else the in-cluster service account (`KUBERNETES_SERVICE_HOST` and
+ * `KUBERNETES_SERVICE_PORT`, the token and CA under `/var/run/secrets/kubernetes.io/`).
+ *
+ * Throws {@link ApiConfigError} when none of them can be used. A plain `http://` server needs
+ * no `insecure-skip-tls-verify`. Deno's `fetch` cannot skip TLS verification or set a TLS
+ * server name per client, so `insecure-skip-tls-verify` and `tls-server-name` on an `https://`
+ * server are logged as unsupported (run Deno with `--unsafely-ignore-certificate-errors=HOST`
+ * to skip verification).
+ *
+ * @example
+ * ```ts
+ * const api = await connectApi({ kubeconfig: "/etc/kubernetes/proxy.conf" });
+ * const response = await api.get("/api/v1/nodes?limit=1", AbortSignal.timeout(5000));
+ * api.close();
+ * ```
+ */
+export async function connectApi(options: ApiConnectionOptions = {}): Promise<ApiConnection> {
+  const log = options.log ?? ((line: string) => console.error(line));
+  const kubeconfig = loadKubeConfig(options);
+  const cluster = kubeconfig.getCurrentCluster()!;
+  const server = cluster.server.replace(/\/+$/, "");
+
+  const tls: RequestOptions = {};
+  await kubeconfig.applyToHTTPSOptions(tls);
+  const https = server.startsWith("https:");
+  if (https && cluster.skipTLSVerify) {
+    log(
+      `insecure-skip-tls-verify is set for ${server}, but Deno's fetch cannot skip TLS ` +
+        `verification per connection: run with --unsafely-ignore-certificate-errors=` +
+        `${new URL(server).hostname} or give the cluster's CA`,
+    );
+  }
+  if (https && cluster.tlsServerName) {
+    log(`tls-server-name ${cluster.tlsServerName} is not supported; verifying ${server} as is`);
+  }
+  const caCerts = pemList(tls.ca);
+  const cert = pem(tls.cert);
+  const key = pem(tls.key);
+  let client: Deno.HttpClient | undefined;
+  if (caCerts.length > 0 || (cert !== undefined && key !== undefined) || cluster.proxyUrl) {
+    client = Deno.createHttpClient({
+      ...(caCerts.length > 0 ? { caCerts } : {}),
+      ...(cert !== undefined && key !== undefined ? { cert, key } : {}),
+      ...(cluster.proxyUrl ? { proxy: { url: cluster.proxyUrl } } : {}),
+    });
+  }
+  const send = options.fetch ?? fetch;
+  const userAgent = `kube-nftproxy/${VERSION}`;
+
+  return {
+    server,
+    async get(path: string, signal: AbortSignal): Promise<Response> {
+      // Asked per request: token files rotate and exec plugins' tokens expire.
+      const auth: RequestOptions = {};
+      await kubeconfig.applyToHTTPSOptions(auth);
+      const headers = new Headers({ accept: "application/json", "user-agent": userAgent });
+      for (const [name, value] of Object.entries(auth.headers ?? {})) {
+        if (value !== undefined) {
+          headers.set(name, Array.isArray(value) ? value.join(", ") : `${value}`);
+        }
+      }
+      if (typeof auth.auth === "string" && !headers.has("authorization")) {
+        headers.set("authorization", `Basic ${btoa(auth.auth)}`);
+      }
+      const init: RequestInit & { client?: Deno.HttpClient } = { headers, signal };
+      if (client !== undefined) init.client = client;
+      return await send(`${server}${path}`, init);
+    },
+    close(): void {
+      client?.close();
+      client = undefined;
+    },
+  };
+}
+
+/** A KubeConfig holding exactly one cluster and user: the ones requests go to and act as. */
+function loadKubeConfig(options: ApiConnectionOptions): KubeConfig {
+  const loaded = new KubeConfig();
+  const master = options.master ?? "";
+  if (options.kubeconfig) {
+    try {
+      loaded.loadFromFile(options.kubeconfig);
+    } catch (error) {
+      throw new ApiConfigError(
+        `cannot load kubeconfig ${options.kubeconfig}: ${errorMessage(error)}`,
+        { cause: error },
+      );
+    }
+  } else if (master !== "") {
+    loaded.loadFromClusterAndUser(
+      { name: "master", server: master, skipTLSVerify: false },
+      { name: "anonymous" },
+    );
+  } else {
+    const host = Deno.env.get("KUBERNETES_SERVICE_HOST");
+    const port = Deno.env.get("KUBERNETES_SERVICE_PORT");
+    if (!host || !port) {
+      throw new ApiConfigError(
+        "no --kubeconfig and no --master given, and not running in a pod: unable to load " +
+          "in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must " +
+          "be defined",
+      );
+    }
+    const prefix = options.inClusterPathPrefix ?? "";
+    try {
+      Deno.statSync(`${prefix}${SERVICE_ACCOUNT_TOKEN}`);
+    } catch (error) {
+      throw new ApiConfigError(
+        `cannot use the in-cluster service account: ${prefix}${SERVICE_ACCOUNT_TOKEN}: ` +
+          errorMessage(error),
+        { cause: error },
+      );
+    }
+    loaded.loadFromCluster(prefix);
+  }
+  const cluster = loaded.getCurrentCluster();
+  if (cluster === null) {
+    throw new ApiConfigError(
+      `kubeconfig ${options.kubeconfig}: current context "${loaded.getCurrentContext()}" ` +
+        "names no cluster",
+    );
+  }
+  const server = master !== "" ? master : cluster.server;
+  try {
+    const url = new URL(server);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
+  } catch {
+    throw new ApiConfigError(`API server URL "${server}" is not an http:// or https:// URL`);
+  }
+  const user: User = loaded.getCurrentUser() ?? { name: "anonymous" };
+  const effective: Cluster = {
+    ...cluster,
+    server,
+    // TLS verification means nothing for http://, and client-node refuses http:// without it.
+    skipTLSVerify: cluster.skipTLSVerify || server.startsWith("http:"),
+  };
+  const kubeconfig = new KubeConfig();
+  kubeconfig.loadFromClusterAndUser(effective, user);
+  return kubeconfig;
+}
+
+/** PEM text of one certificate or key given as a Buffer or string. */
+function pem(value: unknown): string | undefined {
+  if (typeof value === "string") return value;
+  if (value instanceof Uint8Array) return new TextDecoder().decode(value);
+  return undefined;
+}
+
+/** PEM texts of a CA given as one value or a list. */
+function pemList(value: unknown): string[] {
+  const values = Array.isArray(value) ? value : [value];
+  return values.map(pem).filter((v): v is string => v !== undefined);
+}
+
+function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,501 @@
+/**
+ * The reflector: keeps a local copy of one kind of API object in step with the API server by
+ * LIST then WATCH, and turns what changes into add/update/delete source events.
+ *
+ * It owns the loop client-go's reflector owns: a paginated LIST diffed against the store
+ * (a relist emits deletes for objects that vanished and updates only for objects that
+ * changed), a WATCH resumed from the last resourceVersion seen (bookmarks advance it), a relist
+ * after `410 Gone`, an idle watchdog that aborts a connection on which nothing arrives, and
+ * retries with jittered exponential backoff for ever. Requests go through the function it is
+ * given, so it knows nothing of credentials or TLS.
+ *
+ * @module
+ */
+
+import type { ObjectEvent, ObjectKind, RawObject } from "./events.ts";
+import { objectKey } from "./object_key.ts";
+
+/** What a reflector watches and how it behaves. */
+export interface ReflectorOptions {
+  /** The kind of object listed and watched. */
+  kind: ObjectKind;
+  /** `apiVersion` put on list items, which the API sends without one. */
+  apiVersion: string;
+  /** The collection path, e.g. `/api/v1/services`. */
+  path: string;
+  /** `labelSelector` sent with every LIST and WATCH. Default none. */
+  labelSelector?: string;
+  /** `fieldSelector` sent with every LIST and WATCH. Default none. */
+  fieldSelector?: string;
+  /**
+   * The resource may not exist on the server (ServiceCIDR on clusters before 1.33): a 404 or
+   * 403 on LIST then means "no such objects"; the LIST is retried every `absentRetryMs`.
+   * Default false.
+   */
+  optional?: boolean;
+  /** Sends a GET for a path with query; the reflector aborts `signal` to cancel it. */
+  get(path: string, signal: AbortSignal): Promise<Response>;
+  /** Receives every change, in order. */
+  onEvent(event: ObjectEvent): void;
+  /** Called after every completed LIST (the first one completes the initial sync). */
+  onListed(): void;
+  /** Where log lines go. */
+  log(line: string): void;
+  /** A request or watch with no byte (LIST) or event (WATCH) for this long is aborted. */
+  idleTimeoutMs: number;
+  /** Retry delays: first `initialMs`, doubling up to `maxMs`, jittered. */
+  backoff: { initialMs: number; maxMs: number };
+  /** Shortest server-side watch length; each watch asks for 1-2 times this. */
+  watchTimeoutSeconds: number;
+  /** How often an absent optional resource is listed again, ms. */
+  absentRetryMs: number;
+  /** LIST page size (`limit`). */
+  pageSize: number;
+  /** Aborting it stops the reflector. */
+  signal: AbortSignal;
+}
+
+/** The API server answered with an error status (HTTP status or a watch `ERROR` event). */
+export class ApiStatusError extends Error {
+  /** Always `"ApiStatusError"`. */
+  override name = "ApiStatusError";
+  /** HTTP status code, e.g. 410. */
+  readonly status: number;
+  /** The Status `reason`, e.g. `Expired`, when the server gave one. */
+  readonly reason?: string;
+
+  /** Creates the error for `status`; `reason` is the Status object's. */
+  constructor(message: string, options: { status: number; reason?: string }) {
+    super(message);
+    this.status = options.status;
+    this.reason = options.reason;
+  }
+}
+
+/** A watch or request was aborted because nothing arrived for the idle timeout. */
+export class IdleTimeoutError extends Error {
+  /** Always `"IdleTimeoutError"`. */
+  override name = "IdleTimeoutError";
+}
+
+/**
+ * Retry delays growing from `initialMs` by doubling up to `maxMs`; each delay is drawn from
+ * [d/2, d) so that many clients do not retry in step. `reset()` starts over.
+ */
+export class Backoff {
+  readonly #initialMs: number;
+  readonly #maxMs: number;
+  readonly #random: () => number;
+  #nextMs: number;
+
+  /** Creates the backoff; `random` (default `Math.random`) is for tests. */
+  constructor(options: { initialMs: number; maxMs: number; random?: () => number }) {
+    this.#initialMs = options.initialMs;
+    this.#maxMs = Math.max(options.maxMs, options.initialMs);
+    this.#random = options.random ?? Math.random;
+    this.#nextMs = this.#initialMs;
+  }
+
+  /** The next delay in ms. */
+  next(): number {
+    const base = this.#nextMs;
+    this.#nextMs = Math.min(base * 2, this.#maxMs);
+    return Math.round(base / 2 + (base / 2) * this.#random());
+  }
+
+  /** After a success: the next delay is `initialMs` again. */
+  reset(): void {
+    this.#nextMs = this.#initialMs;
+  }
+}
+
+/**
+ * The events that turn a store holding `previous` into one holding `next` (both by object
+ * key): adds and updates in `next`'s order, then deletes in `previous`'s order. An object
+ * whose resourceVersion is unchanged (or, without one, whose content is unchanged) gives no
+ * event.
+ *
+ * @example
+ * ```ts
+ * const before = new Map([["Service/default/a", a1]]);
+ * const after = new Map([["Service/default/b", b1]]);
+ * relistEvents("Service", before, after); // add b, then delete a
+ * ```
+ */
+export function relistEvents(
+  kind: ObjectKind,
+  previous: ReadonlyMap<string, RawObject>,
+  next: ReadonlyMap<string, RawObject>,
+): ObjectEvent[] {
+  const events: ObjectEvent[] = [];
+  for (const [key, current] of next) {
+    const old = previous.get(key);
+    if (old === undefined) events.push({ kind, current });
+    else if (!sameVersion(old, current)) events.push({ kind, previous: old, current });
+  }
+  for (const [key, old] of previous) {
+    if (!next.has(key)) events.push({ kind, previous: old });
+  }
+  return events;
+}
+
+/**
+ * Lists and watches one kind until its signal aborts; see the module doc. Create it, then
+ * `await run()`.
+ */
+export class Reflector {
+  readonly #o: ReflectorOptions;
+  readonly #backoff: Backoff;
+  #store = new Map<string, RawObject>();
+  /** Last resourceVersion seen; undefined means "LIST first". */
+  #rv?: string;
+  /** The optional resource was absent at the last LIST. */
+  #absent = false;
+
+  /** Creates the reflector; nothing happens until {@link run}. */
+  constructor(options: ReflectorOptions) {
+    this.#o = options;
+    this.#backoff = new Backoff(options.backoff);
+  }
+
+  /** The objects as last seen, by {@link objectKey}. */
+  get store(): ReadonlyMap<string, RawObject> {
+    return this.#store;
+  }
+
+  /** The resourceVersion a watch would resume from, if any. */
+  get resourceVersion(): string | undefined {
+    return this.#rv;
+  }
+
+  /** Lists and watches until the signal aborts; never rejects. */
+  async run(): Promise<void> {
+    const { signal, kind } = this.#o;
+    while (!signal.aborted) {
+      let phase = "list";
+      try {
+        if (this.#rv === undefined) {
+          const found = await this.#list();
+          if (signal.aborted) break;
+          this.#o.onListed();
+          if (!found) {
+            await sleep(this.#o.absentRetryMs, signal);
+            continue;
+          }
+          this.#backoff.reset();
+        }
+        phase = "watch";
+        await this.#watch();
+      } catch (error) {
+        if (signal.aborted) break;
+        if (error instanceof ApiStatusError && error.status === 410) {
+          this.#o.log(`${kind} watch from resourceVersion ${this.#rv} expired; listing again`);
+          this.#rv = undefined;
+          continue;
+        }
+        if (error instanceof ApiStatusError && error.status === 404) this.#rv = undefined;
+        const delayMs = this.#backoff.next();
+        this.#o.log(`cannot ${phase} ${kind}s: ${errorMessage(error)}; retrying in ${delayMs} ms`);
+        await sleep(delayMs, signal);
+      }
+    }
+  }
+
+  /** LISTs every page; false when an optional resource is absent (treated as empty). */
+  async #list(): Promise<boolean> {
+    const items: RawObject[] = [];
+    let resourceVersion: string | undefined;
+    let limit = this.#o.pageSize;
+    let token = "";
+    for (;;) {
+      const query = this.#query({ limit: limit > 0 ? String(limit) : "", continue: token });
+      const page = await this.#request(query, async (response): Promise<Page> => {
+        if (!response.ok) return { error: await statusError(response) };
+        return { body: JSON.parse(await readText(response, this.#kick)) as unknown };
+      });
+      if ("error" in page) {
+        const { status } = page.error;
+        if (this.#o.optional && (status === 404 || status === 403)) {
+          if (!this.#absent) {
+            this.#o.log(
+              `${this.#o.kind}s are not served here (${page.error.message}); using none, ` +
+                `asking again every ${this.#o.absentRetryMs} ms`,
+            );
+          }
+          this.#absent = true;
+          this.#replace(new Map(), undefined);
+          return false;
+        }
+        if (status === 410 && token !== "") {
+          // The snapshot behind the continue token is gone: list again, in one piece.
+          this.#o.log(`${this.#o.kind} list continuation expired; listing again without paging`);
+          items.length = 0;
+          token = "";
+          limit = 0;
+          continue;
+        }
+        throw page.error;
+      }
+      const body = page.body;
+      if (!isRecord(body) || !Array.isArray(body.items)) {
+        throw new Error(`LIST ${this.#o.path} answered without an items list`);
+      }
+      const metadata = isRecord(body.metadata) ? body.metadata : {};
+      resourceVersion = typeof metadata.resourceVersion === "string"
+        ? metadata.resourceVersion
+        : undefined;
+      for (const item of body.items) if (isRecord(item)) items.push(item);
+      token = typeof metadata.continue === "string" ? metadata.continue : "";
+      if (token === "") break;
+    }
+    const next = new Map<string, RawObject>();
+    for (const item of items) {
+      const object = this.#typed(item);
+      const key = objectKey(this.#o.kind, object);
+      if (key === undefined) {
+        this.#o.log(`skipping a listed ${this.#o.kind} without a name or namespace`);
+        continue;
+      }
+      next.set(key, object);
+    }
+    this.#replace(next, resourceVersion);
+    this.#absent = false;
+    return true;
+  }
+
+  #replace(next: Map<string, RawObject>, resourceVersion: string | undefined): void {
+    const events = relistEvents(this.#o.kind, this.#store, next);
+    this.#store = next;
+    this.#rv = resourceVersion;
+    for (const event of events) this.#emit(event);
+  }
+
+  /** One WATCH from {@link #rv}, until the server ends it; throws on anything else. */
+  async #watch(): Promise<void> {
+    const rv = this.#rv!;
+    const timeoutSeconds = Math.floor(this.#o.watchTimeoutSeconds * (1 + Math.random()));
+    const query = this.#query({
+      watch: "1",
+      allowWatchBookmarks: "true",
+      resourceVersion: rv,
+      timeoutSeconds: String(timeoutSeconds),
+    });
+    const started = Date.now();
+    const received = await this.#request(query, async (response) => {
+      if (!response.ok) throw await statusError(response);
+      let count = 0;
+      for await (const line of readLines(response.body!)) {
+        if (line.trim() === "") continue;
+        this.#kick();
+        this.#handleWatchEvent(line);
+        if (count++ === 0) this.#backoff.reset();
+      }
+      return count;
+    });
+    if (received === 0 && Date.now() - started < 1000) {
+      throw new Error("the watch ended at once without an event");
+    }
+  }
+
+  #handleWatchEvent(line: string): void {
+    let event: unknown;
+    try {
+      event = JSON.parse(line);
+    } catch {
+      throw new Error(`the watch sent a line that is not JSON: ${line.slice(0, 100)}`);
+    }
+    if (!isRecord(event) || !isRecord(event.object)) {
+      throw new Error(`the watch sent an event without an object: ${line.slice(0, 100)}`);
+    }
+    const { type } = event;
+    const object = event.object;
+    if (type === "ERROR") {
+      const status = typeof object.code === "number" ? object.code : 500;
+      const reason = typeof object.reason === "string" ? object.reason : undefined;
+      const message = typeof object.message === "string" ? object.message : "watch error";
+      throw new ApiStatusError(`${status} ${reason ?? ""}: ${message}`, { status, reason });
+    }
+    const rv = isRecord(object.metadata) ? object.metadata.resourceVersion : undefined;
+    if (type === "BOOKMARK") {
+      if (typeof rv === "string" && rv !== "") this.#rv = rv;
+      return;
+    }
+    if (type !== "ADDED" && type !== "MODIFIED" && type !== "DELETED") {
+      this.#o.log(`ignoring a ${this.#o.kind} watch event of unknown type ${String(type)}`);
+      return;
+    }
+    const typed = this.#typed(object);
+    const key = objectKey(this.#o.kind, typed);
+    if (typeof rv === "string" && rv !== "") this.#rv = rv;
+    if (key === undefined) {
+      this.#o.log(`skipping a watched ${this.#o.kind} without a name or namespace`);
+      return;
+    }
+    const old = this.#store.get(key);
+    if (type === "DELETED") {
+      if (old === undefined) return;
+      this.#store.delete(key);
+      this.#emit({ kind: this.#o.kind, previous: old });
+      return;
+    }
+    this.#store.set(key, typed);
+    if (old === undefined) this.#emit({ kind: this.#o.kind, current: typed });
+    else if (!sameVersion(old, typed)) {
+      this.#emit({ kind: this.#o.kind, previous: old, current: typed });
+    }
+  }
+
+  /** Kicks the idle watchdog of the request in flight. */
+  #kick: () => void = () => {};
+
+  /**
+   * Sends a GET for `query` and hands the response to `consume`, aborting both when nothing
+   * arrives for the idle timeout (or when the reflector stops).
+   */
+  async #request<T>(query: string, consume: (response: Response) => Promise<T>): Promise<T> {
+    const { idleTimeoutMs, signal } = this.#o;
+    const controller = new AbortController();
+    const stop = () => controller.abort(signal.reason);
+    signal.addEventListener("abort", stop, { once: true });
+    let idle = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const kick = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        idle = true;
+        controller.abort(new IdleTimeoutError(`nothing received for ${idleTimeoutMs} ms`));
+      }, idleTimeoutMs);
+    };
+    this.#kick = kick;
+    kick();
+    try {
+      const response = await this.#o.get(`${this.#o.path}?${query}`, controller.signal);
+      kick();
+      try {
+        return await consume(response);
+      } finally {
+        // Releases the connection when consume() stopped early.
+        await response.body?.cancel().catch(() => {});
+      }
+    } catch (error) {
+      if (idle) throw new IdleTimeoutError(`nothing received for ${idleTimeoutMs} ms`);
+      throw error;
+    } finally {
+      clearTimeout(timer);
+      this.#kick = () => {};
+      signal.removeEventListener("abort", stop);
+    }
+  }
+
+  #query(params: Record<string, string>): string {
+    const query = new URLSearchParams();
+    if (this.#o.labelSelector) query.set("labelSelector", this.#o.labelSelector);
+    if (this.#o.fieldSelector) query.set("fieldSelector", this.#o.fieldSelector);
+    for (const [name, value] of Object.entries(params)) if (value !== "") query.set(name, value);
+    return query.toString();
+  }
+
+  /** The object with `kind` and `apiVersion` set (LIST items come without them). */
+  #typed(object: RawObject): RawObject {
+    if (object.kind === this.#o.kind && typeof object.apiVersion === "string") return object;
+    return { ...object, kind: this.#o.kind, apiVersion: this.#o.apiVersion };
+  }
+
+  #emit(event: ObjectEvent): void {
+    try {
+      this.#o.onEvent(event);
+    } catch (error) {
+      this.#o.log(`the ${this.#o.kind} event handler failed: ${errorMessage(error)}`);
+    }
+  }
+}
+
+/** One LIST page, or the error the server answered with instead. */
+type Page = { error: ApiStatusError } | { body: unknown };
+
+/** Same object version: equal resourceVersions, or equal content when one has none. */
+function sameVersion(a: RawObject, b: RawObject): boolean {
+  const rvA = isRecord(a.metadata) ? a.metadata.resourceVersion : undefined;
+  const rvB = isRecord(b.metadata) ? b.metadata.resourceVersion : undefined;
+  if (typeof rvA === "string" && rvA !== "" && typeof rvB === "string" && rvB !== "") {
+    return rvA === rvB;
+  }
+  return canonicalJson(a) === canonicalJson(b);
+}
+
+function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => {
+    if (!isRecord(v)) return v;
+    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]));
+  });
+}
+
+/** The error a non-2xx response stands for, with the Status message when there is one. */
+async function statusError(response: Response): Promise<ApiStatusError> {
+  let message = response.statusText || "request failed";
+  let reason: string | undefined;
+  try {
+    const body: unknown = JSON.parse(await response.text());
+    if (isRecord(body)) {
+      if (typeof body.message === "string") message = body.message;
+      if (typeof body.reason === "string") reason = body.reason;
+    }
+  } catch {
+    // Not a Status object; the status line says enough.
+  }
+  return new ApiStatusError(`${response.status} ${reason ?? ""}: ${message}`.replace(/ :/, ":"), {
+    status: response.status,
+    reason,
+  });
+}
+
+/** The body as text, calling `progress` on every chunk (so the idle watchdog sees progress). */
+async function readText(response: Response, progress: () => void): Promise<string> {
+  let text = "";
+  const decoder = new TextDecoder();
+  for await (const chunk of response.body!) {
+    progress();
+    text += decoder.decode(chunk, { stream: true });
+  }
+  return text + decoder.decode();
+}
+
+/** The body's newline-delimited lines, as they arrive. */
+async function* readLines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  let buffer = "";
+  for await (const chunk of body.pipeThrough(new TextDecoderStream())) {
+    buffer += chunk;
+    let newline = buffer.indexOf("\n");
+    while (newline >= 0) {
+      yield buffer.slice(0, newline);
+      buffer = buffer.slice(newline + 1);
+      newline = buffer.indexOf("\n");
+    }
+  }
+  if (buffer.trim() !== "") yield buffer;
+}
+
+/** Waits `ms`, or less when `signal` aborts (the timer is cleared then). */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** The error's message, with its cause's (fetch says only "fetch failed" without it). */
+function errorMessage(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const cause = error.cause instanceof Error ? `: ${error.cause.message}` : "";
+  return `${error.message}${cause}`;
+}
