@@ -104,6 +104,8 @@ export interface RecordedRequest {
   kind?: ObjectKind;
   /** Whether it was a watch. */
   watch: boolean;
+  /** The `Authorization` header, if any. */
+  authorization?: string;
 }
 
 /** A reference to an object: its namespace (namespaced kinds) and name. */
@@ -306,7 +308,7 @@ export class TestApiServer implements AsyncDisposable {
   /** Ends every open watch stream abruptly (the client sees a broken body, not a clean end). */
   dropWatches(): void {
     for (const watcher of [...this.#watchers]) {
-      const error = new Error("watch dropped by the test API server");
+      const error = new Error("test API server: watch dropped on purpose by dropWatches()");
       error.stack = "";
       this.#closeWatcher(watcher, error);
     }
@@ -468,6 +470,7 @@ export class TestApiServer implements AsyncDisposable {
         params,
         kind: route?.resource?.kind,
         watch,
+        authorization: request.headers.get("authorization") ?? undefined,
       });
     }
     while (this.#stall !== undefined) {

@@ -1,0 +1,460 @@
+import assert from "node:assert/strict";
+import type { ObjectEvent, ObjectKind, RawObject } from "./events.ts";
+import { objectKey } from "./object_key.ts";
+import { ApiConfigError, ApiSource, type ApiSourceOptions } from "./api_source.ts";
+import { TestApiServer, type TestApiServerOptions } from "../../tests/apiserver/server.ts";
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+const HEADLESS = { "service.kubernetes.io/headless": "" };
+const OTHER_PROXY = { "service.kubernetes.io/service-proxy-name": "other-proxy" };
+
+function svc(name: string, labels: Record<string, string> = {}, port = 80): RawObject {
+  return {
+    metadata: { namespace: "default", name, labels },
+    spec: { clusterIP: "10.96.0.10", ports: [{ port, protocol: "TCP" }] },
+  };
+}
+
+function slice(name: string, labels: Record<string, string> = {}): RawObject {
+  return {
+    metadata: {
+      namespace: "default",
+      name,
+      labels: { "kubernetes.io/service-name": name.split("-")[0], ...labels },
+    },
+    addressType: "IPv4",
+    endpoints: [{ addresses: ["10.0.0.1"], conditions: { ready: true } }],
+  };
+}
+
+function node(name: string): RawObject {
+  return {
+    metadata: { name },
+    status: { addresses: [{ type: "InternalIP", address: "192.0.2.1" }] },
+  };
+}
+
+function serviceCIDR(name: string): RawObject {
+  return { metadata: { name }, spec: { cidrs: ["10.96.0.0/16"] } };
+}
+
+function rvOf(object: RawObject): string {
+  return String((object.metadata as Record<string, unknown>).resourceVersion);
+}
+
+function summary(event: ObjectEvent): string {
+  const object = (event.current ?? event.previous)!;
+  const what = event.previous === undefined
+    ? "add"
+    : event.current === undefined
+    ? "delete"
+    : "update";
+  return `${what} ${objectKey(event.kind, object)}`;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Polls `condition` every 10 ms; fails after `timeoutMs` (never waits without bound). */
+async function waitFor(what: string, condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    }
+    await sleep(10);
+  }
+}
+
+/** A running source against a running test server, with what the source emitted. */
+interface Harness extends AsyncDisposable {
+  server: TestApiServer;
+  source: ApiSource;
+  events: ObjectEvent[];
+  logs: string[];
+  synced: () => number;
+  /** The objects as a consumer of the events sees them, by kind and key. */
+  mirror: Map<ObjectKind, Map<string, RawObject>>;
+  /** Events that did not fit the consumer's view (add of a known key, stale previous, ...). */
+  violations: string[];
+  /** Waits until the consumer's view of every kind equals what the server would select. */
+  converged: (what: string, timeoutMs?: number) => Promise<void>;
+  /**
+   * Events emitted from index `from` on, summarised, grouped by kind in {@link KINDS} order: each
+   * kind has its own watch, so only the order within a kind is defined.
+   */
+  since: (from: number) => string[];
+  /** LIST / WATCH requests for `kind` so far. */
+  requests: (kind: ObjectKind, watch: boolean) => number;
+}
+
+interface HarnessOptions {
+  server?: TestApiServerOptions;
+  source?: Partial<ApiSourceOptions>;
+  /** Fills the server before the source starts. */
+  seed?: (server: TestApiServer) => void;
+}
+
+/** What the source should hold for each kind, given the server's content. */
+function expected(server: TestApiServer, kind: ObjectKind): Map<string, string> {
+  const selected = new Map<string, string>();
+  for (const object of server.list(kind)) {
+    const labels = ((object.metadata as Record<string, unknown>).labels ?? {}) as object;
+    if (
+      kind !== "Node" && (Object.hasOwn(labels, "service.kubernetes.io/headless") ||
+        Object.hasOwn(labels, "service.kubernetes.io/service-proxy-name"))
+    ) continue;
+    if (kind === "Node" && (object.metadata as Record<string, unknown>).name !== "node-a") continue;
+    selected.set(objectKey(kind, object)!, rvOf(object));
+  }
+  return selected;
+}
+
+const KINDS: ObjectKind[] = ["Service", "EndpointSlice", "Node", "ServiceCIDR"];
+
+async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
+  const server = await TestApiServer.start({ bookmarkIntervalMs: 100, ...options.server });
+  options.seed?.(server);
+  const dir = await Deno.makeTempDir({ prefix: "api-source-test-" });
+  const kubeconfig = `${dir}/kubeconfig`;
+  await Deno.writeTextFile(
+    kubeconfig,
+    `apiVersion: v1
+kind: Config
+clusters:
+  - name: test
+    cluster:
+      server: ${server.url}
+users:
+  - name: proxy
+    user:
+      token: test-token
+contexts:
+  - name: test
+    context: {cluster: test, user: proxy}
+current-context: test
+`,
+  );
+  const events: ObjectEvent[] = [];
+  const logs: string[] = [];
+  const violations: string[] = [];
+  const mirror = new Map<ObjectKind, Map<string, RawObject>>(KINDS.map((k) => [k, new Map()]));
+  let synced = 0;
+  const source = new ApiSource({
+    kubeconfig,
+    hostname: "node-a",
+    log: (line) => logs.push(line),
+    idleTimeoutMs: 1000,
+    backoff: { initialMs: 50, maxMs: 200 },
+    absentRetryMs: 200,
+    ...options.source,
+  });
+  await source.start({
+    onEvent: (event) => {
+      events.push(event);
+      const store = mirror.get(event.kind)!;
+      const key = objectKey(event.kind, (event.current ?? event.previous)!)!;
+      const known = store.get(key);
+      if (event.previous === undefined && known !== undefined) {
+        violations.push(`add of known ${key}`);
+      }
+      if (event.previous !== undefined && event.previous !== known) {
+        violations.push(`${summary(event)} with a previous that is not the last current`);
+      }
+      if (event.current !== undefined && event.current.kind !== event.kind) {
+        violations.push(`${key} without its kind`);
+      }
+      if (event.current === undefined) store.delete(key);
+      else store.set(key, event.current);
+    },
+    onSynced: () => synced++,
+  });
+  const agrees = () =>
+    KINDS.every((kind) => {
+      const want = expected(server, kind);
+      const have = mirror.get(kind)!;
+      return have.size === want.size &&
+        [...want].every(([key, rv]) => have.has(key) && rvOf(have.get(key)!) === rv);
+    });
+  return {
+    server,
+    source,
+    events,
+    logs,
+    synced: () => synced,
+    mirror,
+    violations,
+    converged: (what, timeoutMs) => waitFor(what, agrees, timeoutMs),
+    since: (from) =>
+      KINDS.flatMap((kind) => events.slice(from).filter((e) => e.kind === kind).map(summary)),
+    requests: (kind, watch) =>
+      server.requests.filter((r) => r.kind === kind && r.watch === watch).length,
+    async [Symbol.asyncDispose]() {
+      await source.stop();
+      await server.close();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+function seedCluster(server: TestApiServer): void {
+  server.create("Service", svc("web"));
+  server.create("Service", svc("api"));
+  server.create("EndpointSlice", slice("web-abc"));
+  server.create("Node", node("node-a"));
+  server.create("Node", node("node-b"));
+  server.create("ServiceCIDR", serviceCIDR("kubernetes"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing and watching
+
+Deno.test("ApiSource lists every kind, calls onSynced once, then streams each change exactly once", async () => {
+  await using h = await startHarness({ seed: seedCluster });
+  await waitFor("the initial sync", () => h.synced() === 1);
+  await h.converged("the initial objects");
+  assert.deepEqual(h.since(0).sort(), [
+    "add EndpointSlice/default/web-abc",
+    "add Node/node-a",
+    "add Service/default/api",
+    "add Service/default/web",
+    "add ServiceCIDR/kubernetes",
+  ]);
+
+  const mark = h.events.length;
+  h.server.create("Service", svc("db"));
+  h.server.update("Service", svc("web", {}, 8080));
+  h.server.delete("Service", { namespace: "default", name: "api" });
+  h.server.update("Node", node("node-b")); // not ours
+  h.server.update("Node", node("node-a"));
+  await h.converged("the changes");
+  await sleep(300); // a few bookmarks later: still nothing more
+  assert.deepEqual(h.since(mark), [
+    "add Service/default/db",
+    "update Service/default/web",
+    "delete Service/default/api",
+    "update Node/node-a",
+  ]);
+  const web = h.mirror.get("Service")!.get("Service/default/web")!;
+  assert.deepEqual((web.spec as { ports: unknown[] }).ports, [{ port: 8080, protocol: "TCP" }]);
+  assert.equal(web.apiVersion, "v1");
+  assert.deepEqual(h.violations, []);
+  assert.equal(h.synced(), 1);
+  assert.ok(h.server.requests.every((r) => r.authorization === "Bearer test-token"));
+});
+
+Deno.test("ApiSource pages through a LIST larger than the page size", async () => {
+  await using h = await startHarness({
+    source: { pageSize: 3 },
+    seed: (server) => {
+      seedCluster(server);
+      for (let i = 0; i < 10; i++) server.create("Service", svc(`s${i}`));
+    },
+  });
+  await h.converged("all 12 services");
+  const lists = h.server.requests.filter((r) => r.kind === "Service" && !r.watch);
+  assert.equal(lists.length, 4);
+  assert.ok(lists.every((r) => r.params.limit === "3"));
+  assert.equal(lists.filter((r) => r.params.continue !== undefined).length, 3);
+  assert.equal(h.mirror.get("Service")!.size, 12);
+});
+
+Deno.test("ApiSource asks for upstream's label and field selectors and follows objects leaving them", async () => {
+  await using h = await startHarness({
+    seed: (server) => {
+      seedCluster(server);
+      server.create("Service", svc("headless", HEADLESS));
+      server.create("Service", svc("elsewhere", OTHER_PROXY));
+      server.create("EndpointSlice", slice("headless-x", HEADLESS));
+    },
+  });
+  await h.converged("the selected objects");
+  assert.equal(h.mirror.get("Service")!.has("Service/default/headless"), false);
+  assert.equal(h.mirror.get("EndpointSlice")!.has("EndpointSlice/default/headless-x"), false);
+  assert.deepEqual([...h.mirror.get("Node")!.keys()], ["Node/node-a"]);
+  const selectorOf = (kind: ObjectKind) =>
+    h.server.requests.find((r) => r.kind === kind && !r.watch)!.params;
+  const proxyLabels = "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name";
+  assert.equal(selectorOf("Service").labelSelector, proxyLabels);
+  assert.equal(selectorOf("EndpointSlice").labelSelector, proxyLabels);
+  assert.equal(selectorOf("Node").fieldSelector, "metadata.name=node-a");
+
+  const mark = h.events.length;
+  h.server.update("Service", svc("web", OTHER_PROXY));
+  h.server.update("Service", svc("headless"));
+  await h.converged("objects moving across the selector");
+  assert.deepEqual(h.since(mark), ["delete Service/default/web", "add Service/default/headless"]);
+  assert.deepEqual(h.violations, []);
+});
+
+Deno.test("ApiSource resumes from bookmarked resourceVersions without relisting", async () => {
+  await using h = await startHarness({ seed: seedCluster });
+  await h.converged("the initial objects");
+  // Writes to other kinds advance the global resourceVersion; bookmarks carry it to every watch.
+  for (let i = 0; i < 5; i++) h.server.create("Service", svc(`s${i}`));
+  await sleep(350); // bookmarks every 100 ms carry the new resourceVersion to the Node watch
+  h.server.compact(); // anything older than now is gone
+  h.server.dropWatches();
+  h.server.update("Node", node("node-a"));
+  await h.converged("the node update after the reconnect");
+  assert.equal(h.requests("Node", false), 1, "the Node watch resumed from its bookmark");
+});
+
+// ---------------------------------------------------------------------------------------------
+// Faults
+
+Deno.test("ApiSource survives dropped watches and resumes without relisting", async () => {
+  await using h = await startHarness({ seed: seedCluster });
+  await h.converged("the initial objects");
+  const mark = h.events.length;
+  h.server.dropWatches();
+  h.server.create("Service", svc("db"));
+  h.server.delete("EndpointSlice", { namespace: "default", name: "web-abc" });
+  await h.converged("the changes made while reconnecting");
+  assert.deepEqual(h.since(mark), [
+    "add Service/default/db",
+    "delete EndpointSlice/default/web-abc",
+  ]);
+  assert.equal(h.requests("Service", false), 1);
+  assert.deepEqual(h.violations, []);
+});
+
+Deno.test("ApiSource restarts a stalled watch after the idle timeout", async () => {
+  await using h = await startHarness({ seed: seedCluster, source: { idleTimeoutMs: 300 } });
+  await h.converged("the initial objects");
+  const release = h.server.stall();
+  h.server.create("Service", svc("db"));
+  await waitFor("the idle watchdog", () => h.logs.some((l) => l.includes("nothing received")));
+  release();
+  await h.converged("the change held back by the stall");
+  assert.equal(h.mirror.get("Service")!.has("Service/default/db"), true);
+  assert.deepEqual(h.violations, []);
+});
+
+Deno.test("ApiSource retries through 500s with backoff", async () => {
+  await using h = await startHarness({ seed: seedCluster });
+  await h.converged("the initial objects");
+  h.server.failNext(4, { status: 500 });
+  h.server.dropWatches();
+  h.server.update("Service", svc("web", {}, 8443));
+  await h.converged("the update after the failures");
+  assert.ok(h.logs.some((l) => l.includes("500") && l.includes("retrying in")), h.logs.join("\n"));
+  assert.deepEqual(h.violations, []);
+});
+
+Deno.test("ApiSource relists after 410 Gone, emitting deletes for vanished objects and updates only for changed ones", async () => {
+  await using h = await startHarness({
+    seed: (server) => {
+      seedCluster(server);
+      server.create("Service", svc("gone"));
+    },
+  });
+  await h.converged("the initial objects");
+  const mark = h.events.length;
+  // All in one tick: the dropped watches cannot see these, and must resume after compaction.
+  h.server.dropWatches();
+  h.server.delete("Service", { namespace: "default", name: "gone" });
+  h.server.update("Service", svc("api", {}, 9090));
+  h.server.create("Service", svc("new"));
+  h.server.compact();
+  await h.converged("the relisted state");
+  assert.deepEqual(h.since(mark), [
+    "update Service/default/api",
+    "add Service/default/new",
+    "delete Service/default/gone",
+  ]);
+  assert.equal(h.requests("Service", false), 2);
+  assert.ok(h.logs.some((l) => l.includes("expired; listing again")), h.logs.join("\n"));
+  assert.deepEqual(h.violations, []);
+});
+
+Deno.test("ApiSource keeps up with a slow server", async () => {
+  await using h = await startHarness({ seed: seedCluster });
+  await h.converged("the initial objects");
+  h.server.slow(300);
+  h.server.dropWatches();
+  h.server.create("EndpointSlice", slice("api-xyz"));
+  await h.converged("the slice created while the server is slow");
+  assert.deepEqual(h.violations, []);
+});
+
+Deno.test("ApiSource notices a killed server at once and converges after it restarts on the same port", async () => {
+  await using h = await startHarness({ seed: seedCluster });
+  await h.converged("the initial objects");
+  await h.server.kill();
+  await waitFor("the broken watches to be noticed", () => h.logs.length >= 4, 1000);
+  h.server.delete("Service", { namespace: "default", name: "web" });
+  h.server.create("Service", svc("db"));
+  await sleep(300); // a few failed reconnects
+  assert.ok(h.logs.some((l) => l.includes("retrying in")));
+  await h.server.restart();
+  await h.converged("the changes made while the server was down");
+  assert.deepEqual(h.violations, []);
+});
+
+Deno.test("ApiSource treats missing ServiceCIDRs as none, syncs anyway, and picks them up later", async () => {
+  await using h = await startHarness({
+    seed: (server) => {
+      seedCluster(server);
+      server.setResourceServed("ServiceCIDR", false);
+    },
+  });
+  await waitFor("the initial sync", () => h.synced() === 1);
+  assert.equal(h.mirror.get("ServiceCIDR")!.size, 0);
+  assert.equal(h.mirror.get("Service")!.size, 2);
+  h.server.setResourceServed("ServiceCIDR", true);
+  await h.converged("the ServiceCIDR once served");
+  assert.equal(h.mirror.get("ServiceCIDR")!.size, 1);
+  assert.equal(h.synced(), 1);
+  assert.equal(h.logs.filter((l) => l.includes("not served here")).length, 1);
+});
+
+Deno.test("ApiSource.stop() ends every loop promptly, even against a stalled server", async () => {
+  await using h = await startHarness({ seed: seedCluster });
+  await h.converged("the initial objects");
+  h.server.stall();
+  h.server.dropWatches();
+  await sleep(100);
+  const started = performance.now();
+  await h.source.stop();
+  assert.ok(performance.now() - started < 500);
+  const count = h.events.length;
+  h.server.release();
+  h.server.create("Service", svc("late"));
+  await sleep(100);
+  assert.equal(h.events.length, count);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+Deno.test("ApiSource uses --master alone, without credentials", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  server.create("Node", node("node-a"));
+  let synced = false;
+  const source = new ApiSource({ master: server.url, hostname: "node-a", log: () => {} });
+  await source.start({ onEvent: () => {}, onSynced: () => (synced = true) });
+  try {
+    await waitFor("the sync", () => synced);
+    assert.equal(source.store("Node").size, 1);
+    assert.ok(server.requests.every((r) => r.authorization === undefined));
+  } finally {
+    await source.stop();
+  }
+});
+
+Deno.test("ApiSource.start() fails with ApiConfigError on an unreadable kubeconfig", async () => {
+  const source = new ApiSource({ kubeconfig: "/nonexistent/kubeconfig", hostname: "node-a" });
+  await assert.rejects(
+    () => source.start({ onEvent: () => {}, onSynced: () => {} }),
+    ApiConfigError,
+  );
+  await source.stop();
+});
+
+Deno.test("ApiSource refuses an empty hostname", () => {
+  assert.throws(() => new ApiSource({ hostname: "" }), RangeError);
+});
