@@ -62,8 +62,10 @@ interface KindSpec {
  *
  * `start()` loads the configuration (throwing {@link ApiConfigError} when it cannot) and starts
  * one list/watch loop per kind, then returns without waiting for the server. Every change is
- * emitted as it arrives; `onSynced()` is called once, when Services, EndpointSlices, the Node
- * and ServiceCIDRs (or the finding that the cluster serves none) have each been listed once.
+ * emitted as it arrives; `onSynced()` is called once, when Services, EndpointSlices and the Node
+ * have each been listed once and ServiceCIDRs have been asked for once (a cluster that serves
+ * none, or an error, counts as an answer: ServiceCIDRs then arrive later, when they can be
+ * listed).
  * Errors never end the loops: they are logged and retried with backoff until `stop()`.
  *
  * @example

@@ -412,6 +412,22 @@ Deno.test("ApiSource treats missing ServiceCIDRs as none, syncs anyway, and pick
   assert.equal(h.logs.filter((l) => l.includes("not served here")).length, 1);
 });
 
+Deno.test("ApiSource does not let a failing ServiceCIDR list hold up the initial sync", async () => {
+  await using h = await startHarness({
+    seed: (server) => {
+      seedCluster(server);
+      server.failNext(1000, { status: 500, kind: "ServiceCIDR" });
+    },
+  });
+  await waitFor("the initial sync", () => h.synced() === 1);
+  assert.equal(h.mirror.get("ServiceCIDR")!.size, 0);
+  assert.equal(h.mirror.get("Service")!.size, 2);
+  h.server.clearFailures();
+  await h.converged("the ServiceCIDR after the failures");
+  assert.equal(h.mirror.get("ServiceCIDR")!.size, 1);
+  assert.equal(h.synced(), 1);
+});
+
 Deno.test("ApiSource.stop() ends every loop promptly, even against a stalled server", async () => {
   await using h = await startHarness({ seed: seedCluster });
   await h.converged("the initial objects");

@@ -29,15 +29,19 @@ export interface ReflectorOptions {
   fieldSelector?: string;
   /**
    * The resource may not exist on the server (ServiceCIDR on clusters before 1.33): a 404 or
-   * 403 on LIST then means "no such objects"; the LIST is retried every `absentRetryMs`.
-   * Default false.
+   * 403 on LIST then means "no such objects"; the LIST is retried every `absentRetryMs`. A LIST
+   * of an optional resource that fails otherwise still calls `onListed()` (so it never holds
+   * up the initial sync) and is retried with backoff. Default false.
    */
   optional?: boolean;
   /** Sends a GET for a path with query; the reflector aborts `signal` to cancel it. */
   get(path: string, signal: AbortSignal): Promise<Response>;
   /** Receives every change, in order. */
   onEvent(event: ObjectEvent): void;
-  /** Called after every completed LIST (the first one completes the initial sync). */
+  /**
+   * Called after every completed LIST (the first one completes the initial sync), and for an
+   * optional resource after a failed one too.
+   */
   onListed(): void;
   /** Where log lines go. */
   log(line: string): void;
@@ -194,6 +198,7 @@ export class Reflector {
           continue;
         }
         if (error instanceof ApiStatusError && error.status === 404) this.#rv = undefined;
+        if (phase === "list" && this.#o.optional) this.#o.onListed();
         const delayMs = this.#backoff.next();
         this.#o.log(`cannot ${phase} ${kind}s: ${errorMessage(error)}; retrying in ${delayMs} ms`);
         await sleep(delayMs, signal);

@@ -358,6 +358,11 @@ export class TestApiServer implements AsyncDisposable {
     });
   }
 
+  /** Forgets the failures {@link failNext} still had to inject. */
+  clearFailures(): void {
+    this.#failures = [];
+  }
+
   /** Delays every response by `ms` before its headers are sent; 0 turns it off. */
   slow(ms: number): void {
     this.#slowMs = ms;
