@@ -155,6 +155,8 @@ export class Reflector {
   #rv?: string;
   /** The optional resource was absent at the last LIST. */
   #absent = false;
+  /** When the last watch expired (410), ms since the epoch. */
+  #expiredAt = 0;
 
   /** Creates the reflector; nothing happens until {@link run}. */
   constructor(options: ReflectorOptions) {
@@ -195,6 +197,11 @@ export class Reflector {
         if (error instanceof ApiStatusError && error.status === 410) {
           this.#o.log(`${kind} watch from resourceVersion ${this.#rv} expired; listing again`);
           this.#rv = undefined;
+          // Relist at once, unless the last expiry was just now (a server expiring every watch).
+          const now = Date.now();
+          const again = now - this.#expiredAt < 1000;
+          this.#expiredAt = now;
+          if (again) await sleep(this.#backoff.next(), signal);
           continue;
         }
         if (error instanceof ApiStatusError && error.status === 404) this.#rv = undefined;
@@ -249,6 +256,9 @@ export class Reflector {
       resourceVersion = typeof metadata.resourceVersion === "string"
         ? metadata.resourceVersion
         : undefined;
+      if (resourceVersion === undefined || resourceVersion === "") {
+        throw new Error(`LIST ${this.#o.path} answered without a resourceVersion`);
+      }
       for (const item of body.items) if (isRecord(item)) items.push(item);
       token = typeof metadata.continue === "string" ? metadata.continue : "";
       if (token === "") break;

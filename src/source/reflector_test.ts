@@ -179,3 +179,17 @@ Deno.test("Reflector aborts a request on which nothing arrives within the idle t
     await r.stop();
   }
 });
+
+Deno.test("Reflector refuses a LIST without a resourceVersion and retries it", async () => {
+  const r = scripted([
+    () => json({ metadata: {}, items: [] }),
+    () => json({ metadata: { resourceVersion: "2" }, items: [] }),
+  ]);
+  try {
+    await waitFor("the retried list", () => r.listed() === 1);
+    assert.match(r.logs[0], /answered without a resourceVersion; retrying in/);
+    assert.equal(r.reflector.resourceVersion, "2");
+  } finally {
+    await r.stop();
+  }
+});
