@@ -69,15 +69,27 @@ export const NAMES = {
   affinityServices: "affinity-services",
 } as const;
 
-/** Kinds of per-service chain. */
-export type ServiceChainKind = "external";
+/**
+ * Kinds of per-service object: `external` chains (external IPs, LB IPs, node ports) and, for
+ * IPv6 ClientIP affinity only, `sticky`/`sticky-local` chains, `endpoint` chains and
+ * `affinity` sets (see ruleset.ts for why IPv6 affinity cannot use the shared map).
+ */
+export type ServiceChainKind = "external" | "sticky" | "sticky-local" | "endpoint" | "affinity";
 
 /** Longest readable part of a per-service chain name. */
 const MAX_READABLE = 100;
 
-/** The per-service chain name of one kind for one service port. */
-export function serviceChainName(kind: ServiceChainKind, spn: ServicePortName): string {
-  const identity = `${spn.namespace}/${spn.name}/${spn.protocol.toLowerCase()}/${spn.port}`;
+/**
+ * The name of a per-service chain or set of one kind for one service port (and, for endpoint
+ * chains and affinity sets, one endpoint `ip:port`).
+ */
+export function serviceChainName(
+  kind: ServiceChainKind,
+  spn: ServicePortName,
+  endpoint = "",
+): string {
+  const identity = `${spn.namespace}/${spn.name}/${spn.protocol.toLowerCase()}/${spn.port}` +
+    (endpoint === "" ? "" : `__${endpoint}`);
   const readable = identity.replace(/[^A-Za-z0-9_./-]/g, "_").slice(0, MAX_READABLE);
   return `${kind}-${hash(`${kind}:${identity}`)}-${readable}`;
 }

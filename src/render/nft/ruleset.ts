@@ -32,9 +32,11 @@ import {
   endpointMapName,
   NAMES,
   type NftProtocol,
+  safeComment,
   serviceChainName,
   serviceComment,
 } from "./names.ts";
+import { formatEndpoint } from "../../model/endpoint.ts";
 import type { ChainDef, ElementDef, NftFamily, SetDef } from "./transaction.ts";
 
 /** How a family's ruleset is rendered. */
@@ -66,10 +68,12 @@ export interface ChainWithRules {
   readonly rules: readonly string[];
 }
 
-/** The fixed part of a table. */
+/** The fixed part of a table; it changes only with the options (so only in full syncs). */
 export interface Skeleton {
   readonly chains: readonly ChainWithRules[];
   readonly sets: readonly SetDef[];
+  /** Elements that depend on the node, not on services (the node-port addresses). */
+  readonly elements: readonly ElementDef[];
 }
 
 /**
@@ -79,6 +83,8 @@ export interface Skeleton {
 export interface Fragment {
   readonly chains: ReadonlyMap<string, readonly string[]>;
   readonly elements: readonly ElementDef[];
+  /** Per-service sets (only IPv6 ClientIP affinity has them). */
+  readonly sets?: ReadonlyMap<string, SetDef>;
 }
 
 /** The IP family an nft family programs. */
@@ -125,9 +131,11 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     : [];
   const clusterIPRules = [`${f} daddr @${NAMES.clusterIPs} reject`];
   for (const cidr of options.serviceCIDRs) clusterIPRules.push(`${f} daddr ${cidr} drop`);
-  const affinityRecords = PROTOCOLS.map((p) =>
-    `meta l4proto ${p} ct status dnat ct original ${f} daddr . meta l4proto . ct original proto-dst vmap @${NAMES.affinityServices}`
-  );
+  const affinityRecords = f === "ip6"
+    ? []
+    : PROTOCOLS.map((p) =>
+      `meta l4proto ${p} ct status dnat ct original ${f} daddr . meta l4proto . ct original proto-dst vmap @${NAMES.affinityServices}`
+    );
 
   const chains: ChainWithRules[] = [
     filter(NAMES.filterPrerouting, "prerouting", -110, [newConn(NAMES.firewallCheck)]),
@@ -236,23 +244,27 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
       type: `type ${addr} . ${addr}`,
       comment: "endpoint . endpoint: a pod reaching its own service and landing on itself",
     },
-    {
-      kind: "map",
+    ...(f === "ip6" ? [] : [{
+      kind: "map" as const,
       name: NAMES.affinity,
       type: `type ${addr} . ${serviceKey} : ${addr} . inet_service`,
       flags: ["dynamic", "timeout"],
       size: AFFINITY_MAP_SIZE,
       dynamic: true,
       comment: "ClientIP affinity: client . entry point to the endpoint it sticks to",
-    },
-    {
-      kind: "map",
+    }, {
+      kind: "map" as const,
       name: NAMES.affinityServices,
       type: `type ${serviceKey} : verdict`,
       comment: "ClientIP affinity services: entry point to the chain recording affinity",
-    },
+    }]),
   ];
-  return { chains, sets };
+  const elements = options.nodePortIPs.map((ip): ElementDef => ({
+    set: NAMES.nodeportIPs,
+    key: ip,
+    comment: "node address",
+  }));
+  return { chains, sets, elements };
 }
 
 /** One way into a service port: the address (or node IP) and port the client used. */
@@ -352,6 +364,7 @@ export function renderServicePort(
 class FragmentBuilder {
   readonly chains = new Map<string, readonly string[]>();
   readonly elements: ElementDef[] = [];
+  readonly #sets = new Map<string, SetDef>();
   readonly proto: NftProtocol;
   readonly #port: ServicePort;
   readonly #options: NftRenderOptions;
@@ -380,22 +393,24 @@ class FragmentBuilder {
       this.element(map, `${key} . ${i}`, `${ep.ip} . ${ep.port}`);
       this.elements.push({ set: NAMES.hairpinEndpoints, key: `${ep.ip} . ${ep.ip}` });
     });
-    if (this.#port.sessionAffinity !== null) {
-      const recorder = affinityChainName(this.#port.sessionAffinity.timeoutSeconds);
-      this.chains.set(
-        recorder,
-        affinityRecorderRules(this.#options.family, this.#port.sessionAffinity.timeoutSeconds),
-      );
+    const affinity = this.#port.sessionAffinity;
+    if (affinity !== null && this.#options.family === "ip") {
+      const recorder = affinityChainName(affinity.timeoutSeconds);
+      this.chains.set(recorder, affinityRecorderRules(affinity.timeoutSeconds));
       this.element(NAMES.affinityServices, key, `jump ${recorder}`);
     }
   }
 
-  /** The shared balancer chain for these endpoints; adds it (and what it uses) to the fragment. */
+  /**
+   * The balancer chain for these endpoints; adds it (and what it uses) to the fragment.
+   * Without affinity it is a shared `lb-…` chain; with affinity in IPv4 a shared `sticky-lb-…`
+   * chain that first looks the client up in the `affinity` map.
+   */
   balancer(endpoints: readonly Endpoint[], how: { local: boolean; sticky: boolean }): string {
     const spec: BalancerSpec = { protocol: this.proto, count: endpoints.length, ...how };
-    const plainSpec = { ...spec, sticky: false };
-    const plainName = balancerChainName(plainSpec);
     const f = this.#options.family;
+    if (spec.sticky && f === "ip6") return this.#stickyIPv6(endpoints, spec.local);
+    const plainName = balancerChainName({ ...spec, sticky: false });
     const map = endpointMapName(spec.local, spec.protocol);
     this.chains.set(plainName, [
       `dnat ${f} to ${f} daddr . meta l4proto . th dport . numgen random mod ${spec.count} map @${map}`,
@@ -406,6 +421,46 @@ class FragmentBuilder {
       `dnat ${f} to ${f} saddr . ${f} daddr . meta l4proto . th dport map @${NAMES.affinity}`,
       `goto ${plainName}`,
     ]);
+    return name;
+  }
+
+  /**
+   * IPv6 ClientIP affinity, upstream's way: a dynamic set of clients per endpoint, filled by
+   * the endpoint's chain and checked first by the service's sticky chain. nft 1.0.6 cannot
+   * write a map entry larger than 16 bytes from the packet path (`update` with an IPv6 key
+   * and an `address . port` value fails an assertion in nft), so the shared map of IPv4 is not
+   * possible here. These objects exist only for IPv6 services with ClientIP affinity.
+   */
+  #stickyIPv6(endpoints: readonly Endpoint[], local: boolean): string {
+    const spn = this.#port.name;
+    const timeout = this.#port.sessionAffinity!.timeoutSeconds;
+    const name = serviceChainName(local ? "sticky-local" : "sticky", spn);
+    const checks = endpoints.map((ep) => {
+      const id = formatEndpoint(ep);
+      const set = serviceChainName("affinity", spn, id);
+      const chain = serviceChainName("endpoint", spn, id);
+      this.#sets.set(set, {
+        kind: "set",
+        name: set,
+        type: "type ipv6_addr",
+        flags: ["dynamic", "timeout"],
+        timeoutSeconds: timeout,
+        dynamic: true,
+        comment: `${this.#comment} clients sticking to ${safeComment(id)}`,
+      });
+      this.chains.set(chain, [
+        `update @${set} { ip6 saddr }`,
+        `meta l4proto ${this.proto} dnat ip6 to ${id}`,
+      ]);
+      return `ip6 saddr @${set} goto ${chain}`;
+    });
+    // New clients: pick uniformly through the endpoint chains, so the choice is recorded.
+    const picks = endpoints.map((ep, i) => {
+      const chain = serviceChainName("endpoint", spn, formatEndpoint(ep));
+      const left = endpoints.length - i;
+      return left === 1 ? `goto ${chain}` : `numgen random mod ${left} == 0 goto ${chain}`;
+    });
+    this.chains.set(name, [...checks, ...picks]);
     return name;
   }
 
@@ -436,13 +491,13 @@ class FragmentBuilder {
   }
 
   build(): Fragment {
-    return { chains: this.chains, elements: this.elements };
+    return { chains: this.chains, elements: this.elements, sets: this.#sets };
   }
 }
 
-/** Rules of `affinity-<T>`: remember, per client and entry point, the endpoint chosen. */
-function affinityRecorderRules(family: NftFamily, timeoutSeconds: number): string[] {
+/** Rules of `affinity-<T>` (IPv4): remember, per client and entry point, the endpoint chosen. */
+function affinityRecorderRules(timeoutSeconds: number): string[] {
   return PROTOCOLS.map((p) =>
-    `meta l4proto ${p} update @${NAMES.affinity} { ${family} saddr . ct original ${family} daddr . meta l4proto . ct original proto-dst timeout ${timeoutSeconds}s : ${family} daddr . ${p} dport }`
+    `meta l4proto ${p} update @${NAMES.affinity} { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout ${timeoutSeconds}s : ip daddr . ${p} dport }`
   );
 }

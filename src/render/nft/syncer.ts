@@ -25,7 +25,7 @@ import {
   renderSkeleton,
   type Skeleton,
 } from "./ruleset.ts";
-import { type ElementDef, Transaction } from "./transaction.ts";
+import { type ElementDef, type SetDef, Transaction } from "./transaction.ts";
 
 /** The state a plan is computed from. */
 export interface SyncInput {
@@ -62,6 +62,7 @@ interface Applied {
   readonly optionsKey: string;
   readonly skeleton: Skeleton;
   readonly fragments: Map<string, Fragment>;
+  readonly sets: Map<string, Owners<SetDef>>;
   readonly chains: Map<string, Owners<readonly string[]>>;
   readonly elements: Map<string, Owners<ElementDef>>;
 }
@@ -95,11 +96,12 @@ export class NftSyncer {
       const fragment = renderServicePort(port, input.endpoints.get(key) ?? [], options);
       if (fragment) fragments.set(key, fragment);
     }
+    const sets = new Map<string, Owners<SetDef>>();
     const chains = new Map<string, Owners<readonly string[]>>();
     const elements = new Map<string, Owners<ElementDef>>();
-    for (const [key, fragment] of fragments) addOwner(chains, elements, key, fragment);
+    for (const [key, fragment] of fragments) addOwner({ sets, chains, elements }, key, fragment);
 
-    for (const set of skeleton.sets) {
+    for (const set of [...skeleton.sets, ...[...sets.values()].map((o) => first(o)!)]) {
       tx.addSet(set);
       if (previous !== null && !set.dynamic) tx.flushSet(set.kind, set.name);
     }
@@ -113,17 +115,19 @@ export class NftSyncer {
     }
     for (const { def, rules } of skeleton.chains) rules.forEach((r) => tx.addRule(def.name, r));
     for (const [name, owners] of chains) first(owners)!.forEach((r) => tx.addRule(name, r));
-    addElements(tx, [...elements.values()].map(first));
+    addElements(tx, [...skeleton.elements, ...[...elements.values()].map(first)]);
     if (previous !== null) {
-      const stale = [...previous.chains.keys()].filter((name) => !chains.has(name));
-      deleteChains(tx, stale);
+      deleteChains(tx, [...previous.chains.keys()].filter((name) => !chains.has(name)));
+      for (const [name, owners] of previous.sets) {
+        if (!sets.has(name)) tx.deleteSet(first(owners)!.kind, name);
+      }
     }
     return {
       script: tx.toString(),
       full: true,
       servicePortsChanged: fragments.size,
       commit: () => {
-        this.#applied = { optionsKey, skeleton, fragments, chains, elements };
+        this.#applied = { optionsKey, skeleton, fragments, sets, chains, elements };
       },
     };
   }
@@ -145,6 +149,7 @@ export class NftSyncer {
       if (!sameFragment(before, fragment)) replaced.set(key, fragment);
     }
     // Simulate the owner changes on copies of the affected entries only.
+    const setOverlay = new Map<string, Owners<SetDef>>();
     const chainOverlay = new Map<string, Owners<readonly string[]>>();
     const elementOverlay = new Map<string, Owners<ElementDef>>();
     const copy = <T>(overlay: Map<string, Owners<T>>, from: Map<string, Owners<T>>, id: string) => {
@@ -169,6 +174,13 @@ export class NftSyncer {
     }
     // Chains first (elements may point at new ones), deletions last (after the elements and
     // rules that pointed at them are gone).
+    const deletedSets: SetDef[] = [];
+    for (const [name, owners] of setOverlay) {
+      const before = first(applied.sets.get(name));
+      const after = first(owners);
+      if (after !== undefined && before === undefined) tx.addSet(after);
+      if (after === undefined && before !== undefined) deletedSets.push(before);
+    }
     const deleted: string[] = [];
     for (const [name, owners] of chainOverlay) {
       const before = first(applied.chains.get(name));
@@ -194,6 +206,7 @@ export class NftSyncer {
     for (const [set, keys] of removals) tx.deleteElements(set, keys);
     addElements(tx, additions);
     deleteChains(tx, deleted);
+    deletedSets.forEach((set) => tx.deleteSet(set.kind, set.name));
     return {
       script: tx.toString(),
       full: false,
@@ -203,6 +216,7 @@ export class NftSyncer {
           if (fragment) applied.fragments.set(key, fragment);
           else applied.fragments.delete(key);
         }
+        mergeOverlay(applied.sets, setOverlay);
         mergeOverlay(applied.chains, chainOverlay);
         mergeOverlay(applied.elements, elementOverlay);
       },
@@ -211,11 +225,20 @@ export class NftSyncer {
 }
 
 function addOwner(
-  chains: Map<string, Owners<readonly string[]>>,
-  elements: Map<string, Owners<ElementDef>>,
+  into: {
+    sets: Map<string, Owners<SetDef>>;
+    chains: Map<string, Owners<readonly string[]>>;
+    elements: Map<string, Owners<ElementDef>>;
+  },
   owner: string,
   fragment: Fragment,
 ): void {
+  const { sets, chains, elements } = into;
+  for (const [name, set] of fragment.sets ?? []) {
+    let owners = sets.get(name);
+    if (owners === undefined) sets.set(name, owners = new Map());
+    owners.set(owner, set);
+  }
   for (const [name, rules] of fragment.chains) {
     let owners = chains.get(name);
     if (owners === undefined) chains.set(name, owners = new Map());
@@ -271,6 +294,7 @@ function sameRules(a: readonly string[], b: readonly string[]): boolean {
 function sameFragment(a: Fragment | null, b: Fragment | null): boolean {
   if (a === null || b === null) return a === b;
   if (a.elements.length !== b.elements.length || a.chains.size !== b.chains.size) return false;
+  if (JSON.stringify([...a.sets ?? []]) !== JSON.stringify([...b.sets ?? []])) return false;
   for (const [name, rules] of a.chains) {
     const other = b.chains.get(name);
     if (other === undefined || !sameRules(rules, other)) return false;

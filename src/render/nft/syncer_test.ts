@@ -130,7 +130,11 @@ Deno.test({
     });
     state.onEvent({ kind: "Service", previous: web });
     const partial = sync(state, planner);
-    assert.match(partial, /^delete chain ip kube-nftproxy lb-tcp-2$/m, "no service uses lb-2 any more");
+    assert.match(
+      partial,
+      /^delete chain ip kube-nftproxy lb-tcp-2$/m,
+      "no service uses lb-2 any more",
+    );
     assert.match(partial, /^delete chain ip6 kube-nftproxy lb-tcp-1$/m);
     assert.match(
       partial,

@@ -34,6 +34,8 @@ export interface SetDef {
   /** Either `type …` or `typeof …`, written out in full. */
   readonly type: string;
   readonly flags?: readonly string[];
+  /** Default element timeout, e.g. for ClientIP affinity sets. */
+  readonly timeoutSeconds?: number;
   /** Largest number of elements (nft's default for dynamic sets is 65535). */
   readonly size?: number;
   /** Filled by the packet path (e.g. `update @set`): never flushed by a re-sync. */
@@ -114,9 +116,16 @@ export class Transaction {
   addSet(set: SetDef): this {
     const parts = [`${set.type};`];
     if (set.flags?.length) parts.push(`flags ${set.flags.join(",")};`);
+    if (set.timeoutSeconds !== undefined) parts.push(`timeout ${set.timeoutSeconds}s;`);
     if (set.size !== undefined) parts.push(`size ${set.size};`);
     if (set.comment) parts.push(`comment "${set.comment}";`);
     this.#lines.push(`add ${set.kind} ${this.#prefix} ${set.name} { ${parts.join(" ")} }`);
+    return this;
+  }
+
+  /** `delete set` / `delete map` (no rule may refer to it any more). */
+  deleteSet(kind: "set" | "map", name: string): this {
+    this.#lines.push(`delete ${kind} ${this.#prefix} ${name}`);
     return this;
   }
 
