@@ -61,4 +61,9 @@ export class NftPlanner implements Planner {
   reset(): void {
     this.#syncers.forEach((s) => s.reset());
   }
+
+  /** See {@link NftSyncer.affinityTargets} (IPv4: the only family with the shared map). */
+  affinityTargets(): Map<string, Set<string>> {
+    return this.#syncers.get("ip")!.affinityTargets();
+  }
 }

@@ -26,6 +26,7 @@ import {
   type Skeleton,
 } from "./ruleset.ts";
 import { type ElementDef, type SetDef, Transaction } from "./transaction.ts";
+import { NAMES } from "./names.ts";
 
 /** The state a plan is computed from. */
 export interface SyncInput {
@@ -74,6 +75,28 @@ export class NftSyncer {
   /** Forget what was applied: the next plan is a first (table-recreating) full sync. */
   reset(): void {
     this.#applied = null;
+  }
+
+  /**
+   * For every entry point with ClientIP affinity in the shared `affinity` map (IPv4), the
+   * endpoints (`addr . port`) it may stick to, as last applied. Entries recorded for any other
+   * endpoint are stale: the endpoint went away.
+   */
+  affinityTargets(): Map<string, Set<string>> {
+    const targets = new Map<string, Set<string>>();
+    const applied = this.#applied;
+    if (applied === null) return targets;
+    for (const owners of applied.elements.values()) {
+      const e = first(owners);
+      if (e?.set === NAMES.affinityServices) targets.set(e.key, new Set());
+    }
+    for (const owners of applied.elements.values()) {
+      const e = first(owners);
+      if (e === undefined || e.value === undefined || !/-endpoints-/.test(e.set)) continue;
+      const entry = e.key.slice(0, e.key.lastIndexOf(" . "));
+      targets.get(entry)?.add(e.value);
+    }
+    return targets;
   }
 
   /** Plans the transaction that brings the table to `input` for the given options. */

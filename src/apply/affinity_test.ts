@@ -1,0 +1,72 @@
+import assert from "node:assert/strict";
+import { DEFAULT_CONFIG } from "../config/config.ts";
+import { NftPlanner } from "../render/nft/planner.ts";
+import { parseAffinityListing, staleAffinityKeys } from "../render/nft/affinity.ts";
+import { ProxyState } from "../tracker/proxy_state.ts";
+import { endpointSlice, service } from "../../tests/fixtures/objects.ts";
+import { kernelGate, withScratch } from "../../tests/nft_scratch.ts";
+import { runNft } from "./nft.ts";
+import { cleanStaleAffinity } from "./affinity.ts";
+
+const sticky = service({
+  name: "sticky",
+  clusterIPs: ["10.96.0.19"],
+  spec: { sessionAffinity: "ClientIP" },
+});
+const slice = (ips: string[]) =>
+  endpointSlice({ name: "sticky-1", service: "sticky", endpoints: ips });
+
+Deno.test("staleAffinityKeys() keeps entries pointing at a current endpoint and drops the rest", () => {
+  const entries = parseAffinityListing(JSON.stringify({
+    nftables: [{ metainfo: {} }, {
+      map: {
+        name: "affinity",
+        elem: [
+          [{ elem: { val: { concat: ["1.1.1.1", "10.96.0.19", "tcp", 80] }, expires: 9 } }, {
+            concat: ["10.244.1.11", 8080],
+          }],
+          [{ concat: ["2.2.2.2", "10.96.0.19", "tcp", 80] }, { concat: ["10.244.1.12", 8080] }],
+        ],
+      },
+    }],
+  }));
+  const targets = new Map([["10.96.0.19 . tcp . 80", new Set(["10.244.1.11 . 8080"])]]);
+  assert.deepEqual(staleAffinityKeys(entries, targets), ["2.2.2.2 . 10.96.0.19 . tcp . 80"]);
+});
+
+Deno.test({
+  name: "cleanStaleAffinity() deletes only the kernel's entries for removed endpoints",
+  ignore: kernelGate.ignore,
+  fn: () =>
+    withScratch(async (k) => {
+      const state = new ProxyState({ hostname: "node-a", log: () => {} });
+      const planner = new NftPlanner({ ...DEFAULT_CONFIG, hostname: "node-a" });
+      const sync = () => {
+        const { changed } = state.takeChanges();
+        const plan = planner.plan(state, { full: false, changed });
+        plan.commit();
+        return plan.script;
+      };
+      state.onEvent({ kind: "Service", current: sticky });
+      state.onEvent({ kind: "EndpointSlice", current: slice(["10.244.1.11", "10.244.1.12"]) });
+      await k.load(sync());
+      await k.load(
+        "add element ip kube-nftproxy affinity { " +
+          "1.1.1.1 . 10.96.0.19 . tcp . 80 : 10.244.1.11 . 8080, " +
+          "2.2.2.2 . 10.96.0.19 . tcp . 80 : 10.244.1.12 . 8080 }\n",
+      );
+      state.onEvent({
+        kind: "EndpointSlice",
+        previous: slice(["10.244.1.11", "10.244.1.12"]),
+        current: slice(["10.244.1.11"]),
+      });
+      await k.load(sync());
+      assert.equal(await cleanStaleAffinity(planner, { table: "kube-nftproxy", netns: k.ns }), 1);
+      const listed = await runNft(["list", "map", "ip", "kube-nftproxy", "affinity"], {
+        netns: k.ns,
+      });
+      assert.match(listed.stdout, /1\.1\.1\.1 \. 10\.96\.0\.19 \. tcp \. 80/);
+      assert.doesNotMatch(listed.stdout, /2\.2\.2\.2/);
+      assert.equal(await cleanStaleAffinity(planner, { table: "kube-nftproxy", netns: k.ns }), 0);
+    }),
+});
