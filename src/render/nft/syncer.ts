@@ -26,6 +26,7 @@ import {
   type Skeleton,
 } from "./ruleset.ts";
 import { type ElementDef, type SetDef, Transaction } from "./transaction.ts";
+import { OwnedIndex, type OwnerChanges } from "./owned_index.ts";
 import { NAMES } from "./names.ts";
 
 /** The state a plan is computed from. */
@@ -56,16 +57,14 @@ export interface SyncPlan {
 
 const TABLE_COMMENT = "rules for kube-nftproxy";
 
-/** Owner (service port key) → what it wants, in insertion order; the first one is in force. */
-type Owners<T> = Map<string, T>;
-
 interface Applied {
   readonly optionsKey: string;
   readonly skeleton: Skeleton;
   readonly fragments: Map<string, Fragment>;
-  readonly sets: Map<string, Owners<SetDef>>;
-  readonly chains: Map<string, Owners<readonly string[]>>;
-  readonly elements: Map<string, Owners<ElementDef>>;
+  readonly sets: OwnedIndex<SetDef>;
+  readonly chains: OwnedIndex<readonly string[]>;
+  /** Element owners per set name, keyed by element key. */
+  readonly elements: Map<string, OwnedIndex<ElementDef>>;
 }
 
 /** Plans the transactions of one nft family. */
@@ -86,15 +85,14 @@ export class NftSyncer {
     const targets = new Map<string, Set<string>>();
     const applied = this.#applied;
     if (applied === null) return targets;
-    for (const owners of applied.elements.values()) {
-      const e = first(owners);
-      if (e?.set === NAMES.affinityServices) targets.set(e.key, new Set());
+    for (const [key] of applied.elements.get(NAMES.affinityServices)?.active() ?? []) {
+      targets.set(key, new Set());
     }
-    for (const owners of applied.elements.values()) {
-      const e = first(owners);
-      if (e === undefined || e.value === undefined || !/-endpoints-/.test(e.set)) continue;
-      const entry = e.key.slice(0, e.key.lastIndexOf(" . "));
-      targets.get(entry)?.add(e.value);
+    for (const [set, index] of applied.elements) {
+      if (!/-endpoints-/.test(set)) continue;
+      for (const [key, e] of index.active()) {
+        if (e.value !== undefined) targets.get(key.slice(0, key.lastIndexOf(" . ")))?.add(e.value);
+      }
     }
     return targets;
   }
@@ -119,12 +117,16 @@ export class NftSyncer {
       const fragment = renderServicePort(port, input.endpoints.get(key) ?? [], options);
       if (fragment) fragments.set(key, fragment);
     }
-    const sets = new Map<string, Owners<SetDef>>();
-    const chains = new Map<string, Owners<readonly string[]>>();
-    const elements = new Map<string, Owners<ElementDef>>();
-    for (const [key, fragment] of fragments) addOwner({ sets, chains, elements }, key, fragment);
+    const sets = new OwnedIndex<SetDef>();
+    const chains = new OwnedIndex<readonly string[]>();
+    const elements = new Map<string, OwnedIndex<ElementDef>>();
+    for (const [owner, fragment] of fragments) {
+      for (const [name, set] of fragment.sets ?? []) sets.add(name, owner, set);
+      for (const [name, rules] of fragment.chains) chains.add(name, owner, rules);
+      for (const e of fragment.elements) indexOf(elements, e.set).add(e.key, owner, e);
+    }
 
-    for (const set of [...skeleton.sets, ...[...sets.values()].map((o) => first(o)!)]) {
+    for (const set of [...skeleton.sets, ...[...sets.active()].map(([, set]) => set)]) {
       tx.addSet(set);
       if (previous !== null && !set.dynamic) tx.flushSet(set.kind, set.name);
     }
@@ -132,17 +134,18 @@ export class NftSyncer {
       tx.addChain(def);
       if (previous !== null) tx.flushChain(def.name);
     }
-    for (const name of chains.keys()) {
+    for (const [name] of chains.active()) {
       tx.addChain({ name });
       if (previous?.chains.has(name)) tx.flushChain(name);
     }
     for (const { def, rules } of skeleton.chains) rules.forEach((r) => tx.addRule(def.name, r));
-    for (const [name, owners] of chains) first(owners)!.forEach((r) => tx.addRule(name, r));
-    addElements(tx, [...skeleton.elements, ...[...elements.values()].map(first)]);
+    for (const [name, rules] of chains.active()) rules.forEach((r) => tx.addRule(name, r));
+    if (skeleton.elements.length > 0) addElements(tx, skeleton.elements);
+    for (const [set, index] of elements) tx.addElements(set, [...index.active()].map(([, e]) => e));
     if (previous !== null) {
-      deleteChains(tx, [...previous.chains.keys()].filter((name) => !chains.has(name)));
-      for (const [name, owners] of previous.sets) {
-        if (!sets.has(name)) tx.deleteSet(first(owners)!.kind, name);
+      deleteChains(tx, [...previous.chains.active()].map(([n]) => n).filter((n) => !chains.has(n)));
+      for (const [name, set] of previous.sets.active()) {
+        if (!sets.has(name)) tx.deleteSet(set.kind, name);
       }
     }
     return {
@@ -171,45 +174,39 @@ export class NftSyncer {
       const before = applied.fragments.get(key) ?? null;
       if (!sameFragment(before, fragment)) replaced.set(key, fragment);
     }
-    // Simulate the owner changes on copies of the affected entries only.
-    const setOverlay = new Map<string, Owners<SetDef>>();
-    const chainOverlay = new Map<string, Owners<readonly string[]>>();
-    const elementOverlay = new Map<string, Owners<ElementDef>>();
-    const copy = <T>(overlay: Map<string, Owners<T>>, from: Map<string, Owners<T>>, id: string) => {
-      let owners = overlay.get(id);
-      if (owners === undefined) overlay.set(id, owners = new Map(from.get(id)));
-      return owners;
+    // Record who stops and starts owning what; nothing is copied or changed until commit.
+    const setChanges = new Changes<SetDef>();
+    const chainChanges = new Changes<readonly string[]>();
+    const elementChanges = new Map<string, Changes<ElementDef>>();
+    const elementChangesOf = (set: string) => {
+      let changes = elementChanges.get(set);
+      if (changes === undefined) elementChanges.set(set, changes = new Changes());
+      return changes;
     };
-    for (const [key, fragment] of replaced) {
-      const before = applied.fragments.get(key);
-      for (const name of before?.chains.keys() ?? []) {
-        copy(chainOverlay, applied.chains, name).delete(key);
-      }
-      for (const e of before?.elements ?? []) {
-        copy(elementOverlay, applied.elements, elementId(e)).delete(key);
-      }
-      for (const [name, rules] of fragment?.chains ?? []) {
-        copy(chainOverlay, applied.chains, name).set(key, rules);
-      }
-      for (const e of fragment?.elements ?? []) {
-        copy(elementOverlay, applied.elements, elementId(e)).set(key, e);
-      }
+    for (const [owner, fragment] of replaced) {
+      const before = applied.fragments.get(owner);
+      for (const name of before?.sets?.keys() ?? []) setChanges.remove(name, owner);
+      for (const name of before?.chains.keys() ?? []) chainChanges.remove(name, owner);
+      for (const e of before?.elements ?? []) elementChangesOf(e.set).remove(e.key, owner);
+      for (const [name, set] of fragment?.sets ?? []) setChanges.add(name, owner, set);
+      for (const [name, rules] of fragment?.chains ?? []) chainChanges.add(name, owner, rules);
+      for (const e of fragment?.elements ?? []) elementChangesOf(e.set).add(e.key, owner, e);
     }
-    // Chains first (elements may point at new ones), deletions last (after the elements and
-    // rules that pointed at them are gone).
+    // Sets and chains first (elements and rules may point at new ones); deletions last, after
+    // the elements and rules that pointed at them are gone.
     const deletedSets: SetDef[] = [];
-    for (const [name, owners] of setOverlay) {
-      const before = first(applied.sets.get(name));
-      const after = first(owners);
+    for (const [name, changes] of setChanges.byId) {
+      const before = applied.sets.get(name);
+      const after = applied.sets.after(name, changes);
       if (after !== undefined && before === undefined) tx.addSet(after);
       if (after === undefined && before !== undefined) deletedSets.push(before);
     }
-    const deleted: string[] = [];
-    for (const [name, owners] of chainOverlay) {
-      const before = first(applied.chains.get(name));
-      const after = first(owners);
+    const deletedChains: string[] = [];
+    for (const [name, changes] of chainChanges.byId) {
+      const before = applied.chains.get(name);
+      const after = applied.chains.after(name, changes);
       if (after === undefined) {
-        if (before !== undefined) deleted.push(name);
+        if (before !== undefined) deletedChains.push(name);
         continue;
       }
       if (before !== undefined && sameRules(before, after)) continue;
@@ -217,18 +214,21 @@ export class NftSyncer {
       if (before !== undefined) tx.flushChain(name);
       after.forEach((r) => tx.addRule(name, r));
     }
-    const removals = new Map<string, string[]>();
     const additions: ElementDef[] = [];
-    for (const [id, owners] of elementOverlay) {
-      const before = first(applied.elements.get(id));
-      const after = first(owners);
-      if (sameElement(before, after)) continue;
-      if (before) pushTo(removals, before.set, before.key);
-      if (after) additions.push(after);
+    for (const [set, changes] of elementChanges) {
+      const index = applied.elements.get(set) ?? new OwnedIndex<ElementDef>();
+      const removals: string[] = [];
+      for (const [key, change] of changes.byId) {
+        const before = index.get(key);
+        const after = index.after(key, change);
+        if (sameElement(before, after)) continue;
+        if (before) removals.push(before.key);
+        if (after) additions.push(after);
+      }
+      if (removals.length > 0) tx.deleteElements(set, removals);
     }
-    for (const [set, keys] of removals) tx.deleteElements(set, keys);
     addElements(tx, additions);
-    deleteChains(tx, deleted);
+    deleteChains(tx, deletedChains);
     deletedSets.forEach((set) => tx.deleteSet(set.kind, set.name));
     return {
       script: tx.toString(),
@@ -239,53 +239,58 @@ export class NftSyncer {
           if (fragment) applied.fragments.set(key, fragment);
           else applied.fragments.delete(key);
         }
-        mergeOverlay(applied.sets, setOverlay);
-        mergeOverlay(applied.chains, chainOverlay);
-        mergeOverlay(applied.elements, elementOverlay);
+        setChanges.applyTo(applied.sets);
+        chainChanges.applyTo(applied.chains);
+        for (const [set, changes] of elementChanges) {
+          changes.applyTo(indexOf(applied.elements, set));
+        }
       },
     };
   }
 }
 
-function addOwner(
-  into: {
-    sets: Map<string, Owners<SetDef>>;
-    chains: Map<string, Owners<readonly string[]>>;
-    elements: Map<string, Owners<ElementDef>>;
-  },
-  owner: string,
-  fragment: Fragment,
-): void {
-  const { sets, chains, elements } = into;
-  for (const [name, set] of fragment.sets ?? []) {
-    let owners = sets.get(name);
-    if (owners === undefined) sets.set(name, owners = new Map());
-    owners.set(owner, set);
+/** Ownership changes of many ids, recorded during a partial plan. */
+class Changes<T> {
+  readonly byId = new Map<string, OwnerChanges<T>>();
+
+  #of(id: string): OwnerChanges<T> {
+    let changes = this.byId.get(id);
+    if (changes === undefined) {
+      this.byId.set(id, changes = { removed: new Set(), added: new Map() });
+    }
+    return changes;
   }
-  for (const [name, rules] of fragment.chains) {
-    let owners = chains.get(name);
-    if (owners === undefined) chains.set(name, owners = new Map());
-    owners.set(owner, rules);
+
+  remove(id: string, owner: string): void {
+    this.#of(id).removed.add(owner);
   }
-  for (const e of fragment.elements) {
-    const id = elementId(e);
-    let owners = elements.get(id);
-    if (owners === undefined) elements.set(id, owners = new Map());
-    owners.set(owner, e);
+
+  add(id: string, owner: string, value: T): void {
+    this.#of(id).added.set(owner, value);
+  }
+
+  applyTo(index: OwnedIndex<T>): void {
+    for (const [id, changes] of this.byId) index.apply(id, changes);
   }
 }
 
-function mergeOverlay<T>(target: Map<string, Owners<T>>, overlay: Map<string, Owners<T>>): void {
-  for (const [id, owners] of overlay) {
-    if (owners.size > 0) target.set(id, owners);
-    else target.delete(id);
-  }
+function indexOf(
+  elements: Map<string, OwnedIndex<ElementDef>>,
+  set: string,
+): OwnedIndex<ElementDef> {
+  let index = elements.get(set);
+  if (index === undefined) elements.set(set, index = new OwnedIndex());
+  return index;
 }
 
 /** Adds elements grouped by set. */
-function addElements(tx: Transaction, elements: readonly (ElementDef | undefined)[]): void {
+function addElements(tx: Transaction, elements: readonly ElementDef[]): void {
   const bySet = new Map<string, ElementDef[]>();
-  for (const e of elements) if (e) pushTo(bySet, e.set, e);
+  for (const e of elements) {
+    const list = bySet.get(e.set);
+    if (list) list.push(e);
+    else bySet.set(e.set, [e]);
+  }
   for (const [set, list] of bySet) tx.addElements(set, list);
 }
 
@@ -293,16 +298,6 @@ function addElements(tx: Transaction, elements: readonly (ElementDef | undefined
 function deleteChains(tx: Transaction, names: readonly string[]): void {
   names.forEach((name) => tx.flushChain(name));
   names.forEach((name) => tx.deleteChain(name));
-}
-
-function elementId(e: ElementDef): string {
-  return `${e.set}\u0000${e.key}`;
-}
-
-function first<T>(owners: Owners<T> | undefined): T | undefined {
-  if (owners === undefined) return undefined;
-  for (const value of owners.values()) return value;
-  return undefined;
 }
 
 function sameElement(a: ElementDef | undefined, b: ElementDef | undefined): boolean {
@@ -326,10 +321,4 @@ function sameFragment(a: Fragment | null, b: Fragment | null): boolean {
     const o = b.elements[i];
     return e.set === o.set && e.key === o.key && e.value === o.value && e.comment === o.comment;
   });
-}
-
-function pushTo<T>(map: Map<string, T[]>, key: string, value: T): void {
-  const list = map.get(key);
-  if (list) list.push(value);
-  else map.set(key, [value]);
 }
