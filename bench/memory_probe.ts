@@ -5,7 +5,8 @@
  * its resident set size.
  *
  * Run by `scale.ts` as
- * `deno run -A --v8-flags=--expose-gc bench/memory_probe.ts --services N --endpoints M [--netns NS]`.
+ * `deno run -A --v8-flags=--expose-gc bench/memory_probe.ts --services N --endpoints M [--mix …]
+ * [--netns NS]`.
  * With `--netns` the full sync is really applied (`nft -f`) in that namespace, so the transient
  * buffers of an apply are part of the peak. Before measuring, it collects garbage several times
  * with short pauses (when `gc` is exposed). The last stdout line is one JSON object
@@ -16,8 +17,8 @@
 import { Command } from "@commander-js/extra-typings";
 import { applyNft } from "../src/apply/nft.ts";
 import { NftPlanner } from "../src/render/nft/planner.ts";
-import { integerIn } from "./cli.ts";
-import { clusterEvents, generateCluster } from "./cluster.ts";
+import { integerIn, parseMix } from "./cli.ts";
+import { clusterEvents, generateCluster, type ServiceMix } from "./cluster.ts";
 import { benchConfig, loadState } from "./state.ts";
 
 /** What the child reports, in MiB. */
@@ -57,7 +58,7 @@ async function collectGarbage(): Promise<boolean> {
 
 /** Loads, syncs and measures; see the module doc. */
 export async function measureMemory(
-  options: { services: number; endpoints: number; seed: number; netns?: string },
+  options: { services: number; endpoints: number; seed: number; mix?: ServiceMix; netns?: string },
 ): Promise<MemoryReport> {
   const cluster = generateCluster(options);
   const state = loadState(cluster.nodeName, clusterEvents(cluster));
@@ -92,6 +93,7 @@ if (import.meta.main) {
     .requiredOption("--services <n>", "number of services", integerIn(1, 1_000_000))
     .requiredOption("--endpoints <n>", "endpoints per service", integerIn(0, 1000))
     .option("--seed <n>", "generator seed", integerIn(0, 2 ** 32 - 1), 1)
+    .option("--mix <list>", "service feature shares, e.g. nodePort=0.1", parseMix, {})
     .option("--netns <name>", "apply the full sync in this knp- namespace")
     .parse()
     .opts();

@@ -441,6 +441,8 @@ async function memoryChild(options: ScaleOptions, ns: string): Promise<MemoryRep
     `--seed=${options.seed}`,
     `--netns=${ns}`,
   ];
+  const mix = Object.entries(options.mix).filter(([, share]) => share > 0);
+  if (mix.length > 0) args.push(`--mix=${mix.map(([k, v]) => `${k}=${v}`).join(",")}`);
   // The child runs in the machine's namespace (it only reaches the kernel through `ip netns
   // exec`), so `run` needs no namespace; its time limit bounds a stuck child.
   const result = await run([Deno.execPath(), ...args], {
@@ -784,11 +786,18 @@ async function main(): Promise<number> {
     console.error(`scale.ts: cannot use network namespaces here: ${support.reason}`);
     return 2;
   }
-  const lines = await runScale({
-    ...opts,
-    only: opts.only ?? new Set(SECTIONS),
-    progress: (line) => console.error(`# ${line}`),
-  });
+  let lines: Measurement[];
+  try {
+    lines = await runScale({
+      ...opts,
+      only: opts.only ?? new Set(SECTIONS),
+      progress: (line) => console.error(`# ${line}`),
+    });
+  } catch (err) {
+    // Namespaces are already removed (every run cleans up in `finally`).
+    console.error(`scale.ts: the benchmark failed: ${err instanceof Error ? err.stack : err}`);
+    return 1;
+  }
   for (const line of lines) console.log(opts.json ? JSON.stringify(line) : formatMeasurement(line));
   return 0;
 }
