@@ -38,6 +38,11 @@ export interface SyncOutcome {
   readonly scriptBytes: number;
   readonly servicePortsChanged: number;
   readonly durationMs: number;
+  /**
+   * Service port keys whose service or endpoints changed since the last sync (what a partial
+   * sync re-rendered); a full sync re-asserted every port besides these.
+   */
+  readonly changed: ReadonlySet<string>;
 }
 
 /** Runs syncs; each call of {@link sync} is one sync. Never call it concurrently. */
@@ -48,6 +53,7 @@ export class SyncLoop {
   #lastFullAt = -Infinity;
   #lastSuccessAt: number | undefined;
   #consecutiveFailures = 0;
+  #lastAttemptFull = false;
 
   constructor(state: ProxyState, options: SyncLoopOptions) {
     this.#state = state;
@@ -63,6 +69,14 @@ export class SyncLoop {
     return this.#lastSuccessAt;
   }
 
+  /**
+   * Whether the last sync that started (successful or not) was a full one; read it after a
+   * failure to count the failure as upstream does (full or partial).
+   */
+  get lastAttemptFull(): boolean {
+    return this.#lastAttemptFull;
+  }
+
   /** Failed syncs since the last success. */
   get consecutiveFailures(): number {
     return this.#consecutiveFailures;
@@ -73,22 +87,27 @@ export class SyncLoop {
     this.#needFull = true;
   }
 
-  /** Runs one sync. Throws when the transaction was refused (the kernel is then unchanged). */
+  /**
+   * Runs one sync. Throws when the transaction was refused (the kernel is then unchanged); the
+   * next sync is then a full one.
+   */
   async sync(): Promise<SyncOutcome> {
     const { clock, planner, log } = this.#options;
     const started = clock.now();
     const changes = this.#state.takeChanges();
     const full = this.#needFull || changes.global ||
       started - this.#lastFullAt >= this.#options.fullSyncPeriodMs;
-    const plan = planner.plan(this.#state, { full, changed: changes.changed });
-    if (plan.script !== "") {
-      try {
-        await this.#options.apply(plan.script);
-      } catch (err) {
-        this.#needFull = true;
-        this.#consecutiveFailures++;
-        throw err;
-      }
+    this.#lastAttemptFull = full;
+    let plan;
+    try {
+      plan = planner.plan(this.#state, { full, changed: changes.changed });
+      if (plan.script !== "") await this.#options.apply(plan.script);
+    } catch (err) {
+      // The changes taken above are folded into the state already: only a full sync is sure
+      // to carry them to the kernel.
+      this.#needFull = true;
+      this.#consecutiveFailures++;
+      throw err;
     }
     plan.commit();
     if (full) this.#lastFullAt = started;
@@ -101,6 +120,7 @@ export class SyncLoop {
       scriptBytes: plan.script.length,
       servicePortsChanged: plan.servicePortsChanged,
       durationMs: clock.now() - started,
+      changed: changes.changed,
     };
     log.debug(
       outcome.applied ? 1 : 4,
