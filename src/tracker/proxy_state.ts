@@ -12,7 +12,7 @@ import type { Endpoint } from "../model/endpoint.ts";
 import { convertNode, convertServiceCIDR, type NodeInfo } from "../model/node.ts";
 import { getString } from "../model/raw.ts";
 import type { ServicePort } from "../model/service_port.ts";
-import type { ObjectEvent, SourceHandler } from "../source/events.ts";
+import type { ObjectEvent, ObjectKind, SourceHandler } from "../source/events.ts";
 import { EndpointsChangeTracker } from "./endpoints_tracker.ts";
 import { sameJson, ServiceChangeTracker } from "./service_tracker.ts";
 
@@ -30,10 +30,13 @@ export interface ProxyStateOptions {
   hostname: string;
   /** One line per refused object or dropped field. Default: console.error. */
   log?: (line: string) => void;
-  /** Called with the object kind of each refused object (for counters). */
-  onRejected?: (kind: string) => void;
-  /** Called after each event that left a change pending (to request a sync). */
-  onChange?: () => void;
+  /**
+   * Called once per refused object with its kind and the reason it was refused (the reason or
+   * the whole log line), for counters; the object is also logged through `log`.
+   */
+  onRejected?: (kind: ObjectKind, message: string) => void;
+  /** Called with the kind of each event that left a change pending (to request a sync). */
+  onChange?: (kind: ObjectKind) => void;
   /** Called once all kinds have been listed. */
   onSynced?: () => void;
 }
@@ -44,7 +47,7 @@ export class ProxyState implements SourceHandler {
   readonly #endpoints: EndpointsChangeTracker;
   readonly #hostname: string;
   readonly #log: (line: string) => void;
-  readonly #onChange: () => void;
+  readonly #onChange: (kind: ObjectKind) => void;
   readonly #onSynced: () => void;
   #node: NodeInfo | null = null;
   #pendingNode: { value: NodeInfo | null } | null = null;
@@ -60,12 +63,12 @@ export class ProxyState implements SourceHandler {
     const rejected = options.onRejected ?? (() => {});
     this.#services = new ServiceChangeTracker({
       log: this.#log,
-      onRejected: () => rejected("Service"),
+      onRejected: (reason) => rejected("Service", reason),
     });
     this.#endpoints = new EndpointsChangeTracker({
       hostname: options.hostname,
       log: this.#log,
-      onRejected: () => rejected("EndpointSlice"),
+      onRejected: (reason) => rejected("EndpointSlice", reason),
     });
   }
 
@@ -116,7 +119,7 @@ export class ProxyState implements SourceHandler {
         pending = this.#serviceCIDREvent(event);
         break;
     }
-    if (pending) this.#onChange();
+    if (pending) this.#onChange(event.kind);
   }
 
   /** The source has listed every kind once. */
