@@ -1,7 +1,13 @@
 /**
  * kube-nftproxy's entry point: parses the command line, builds the stages and runs them.
  *
- * Composition only — every decision lives in the module it belongs to.
+ * Composition only — every decision lives in the module it belongs to. Without `--from-file` the
+ * proxy watches the Kubernetes API (`--kubeconfig`, `--master`, or the in-cluster service
+ * account).
+ *
+ * Test hook: the environment variable `KUBE_NFTPROXY_NFT`, when set, names the `nft` program
+ * used to apply and clean up rules (tests point it at a wrapper that can be told to fail). It is
+ * not a configuration option and nothing else reads it.
  *
  * @example
  * ```sh
@@ -12,10 +18,12 @@
  */
 import { ConfigError } from "./src/config/config_error.ts";
 import { helpText, parseCommandLine, toKubeProxyConfiguration } from "./src/config/flags.ts";
+import { runConntrackCleanup } from "./src/apply/conntrack.ts";
 import { applyNft, deleteTables } from "./src/apply/nft.ts";
 import { createLogger } from "./src/log.ts";
 import { NftPlanner } from "./src/render/nft/planner.ts";
 import { runProxy } from "./src/runner/proxy.ts";
+import { ApiConfigError, ApiSource } from "./src/source/api_source.ts";
 import { FileSource } from "./src/source/file_source.ts";
 import { VERSION } from "./src/version.ts";
 
@@ -37,17 +45,18 @@ export async function main(args: readonly string[]): Promise<number> {
     return 0;
   }
   const log = createLogger({ verbosity: config.verbosity });
+  const nft = { nftPath: Deno.env.get("KUBE_NFTPROXY_NFT") || undefined };
   if (actions.cleanup) {
-    await deleteTables(config.tableName);
+    await deleteTables(config.tableName, nft);
     log.info(`removed tables ip/ip6 ${config.tableName}`);
-    return 0;
   }
-  if (config.mode !== "nft") {
-    log.error("--mode=iptables is not available yet; use --mode=nft");
+  if (actions.cleanupIptables) {
+    log.error("--cleanup-iptables is not available yet (the iptables mode is being built)");
     return 2;
   }
-  if (config.fromFile === "") {
-    log.error("the Kubernetes API source is not available yet; use --from-file FILE");
+  if (actions.cleanup) return 0;
+  if (config.mode !== "nft") {
+    log.error("--mode=iptables is not available yet; use --mode=nft");
     return 2;
   }
   log.info(`kube-nftproxy ${VERSION} starting: mode ${config.mode}, node "${config.hostname}"`);
@@ -56,15 +65,30 @@ export async function main(args: readonly string[]): Promise<number> {
     Deno.addSignalListener(signal, () => controller.abort());
   }
   const encoder = new TextEncoder();
-  return await runProxy({
-    config,
-    log,
-    source: new FileSource(config.fromFile, { log: (line) => log.warn(line) }),
-    planner: new NftPlanner(config),
-    apply: actions.dryRun
-      ? async (script) => void await Deno.stdout.write(encoder.encode(script))
-      : (script) => applyNft(script),
-  }, { once: actions.once, signal: controller.signal });
+  const warn = (line: string) => log.warn(line);
+  try {
+    return await runProxy({
+      config,
+      log,
+      source: config.fromFile !== ""
+        ? new FileSource(config.fromFile, { log: warn })
+        : new ApiSource({
+          kubeconfig: config.kubeconfig,
+          master: config.master,
+          hostname: config.hostname,
+          log: (line) => log.info(line),
+        }),
+      planner: new NftPlanner(config),
+      apply: actions.dryRun
+        ? async (script) => void await Deno.stdout.write(encoder.encode(script))
+        : (script) => applyNft(script, nft),
+      conntrackCleanup: actions.dryRun ? undefined : (commands) => runConntrackCleanup(commands),
+    }, { once: actions.once, signal: controller.signal });
+  } catch (err) {
+    if (!(err instanceof ApiConfigError)) throw err;
+    log.error(`cannot load the Kubernetes API configuration: ${err.message}`);
+    return 2;
+  }
 }
 
 function print(text: string): number {

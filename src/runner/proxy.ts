@@ -1,6 +1,15 @@
 /**
  * The proxy's lifecycle: wires a source, the proxy state, a planner and an applier into the
- * sync loop, then runs once (`--once`) or as a daemon until SIGTERM/SIGINT.
+ * sync loop, then runs once (`--once`) or as a daemon until SIGTERM/SIGINT — with the daemon's
+ * health and metrics servers, health-check node ports and stale UDP conntrack cleanup around
+ * each sync.
+ *
+ * Around every sync of the daemon (upstream's order): a failure counts in the metrics (full or
+ * partial) and leaves `/healthz` to turn unhealthy once a change has waited for `2 × syncPeriod`;
+ * a success marks the proxy healthy, records latency and script size, counts Local-policy
+ * ports without local endpoints, updates the health-check node ports and, when the kernel was
+ * changed, deletes the UDP conntrack entries the change made stale (a cleanup failure is logged
+ * and never fails the sync).
  *
  * On shutdown the rules stay in the kernel, so traffic keeps flowing while the proxy restarts;
  * the next start reconciles them in its first (table-recreating) transaction.
@@ -8,13 +17,28 @@
  * @module
  */
 import type { Config } from "../config/config.ts";
+import {
+  type CleanupCommand,
+  ConntrackCleanupTracker,
+  ConntrackError,
+} from "../apply/conntrack.ts";
 import type { Logger } from "../log.ts";
 import type { Planner } from "../render/nft/planner.ts";
+import { healthHandler, healthTimeoutMs, ProxyHealth, serveHealth } from "../server/health.ts";
+import {
+  healthCheckBindIPs,
+  healthCheckedServices,
+  localInterfaceAddresses,
+  ServiceHealthServer,
+} from "../server/health_check_ports.ts";
+import { metricsHandler, ProxyMetrics, serveMetrics } from "../server/metrics.ts";
+import { type HttpServer, ServeError } from "../server/serve.ts";
 import type { Source } from "../source/events.ts";
 import { ProxyState } from "../tracker/proxy_state.ts";
 import { BoundedFrequencyRunner } from "./bounded_runner.ts";
 import { type Clock, realClock } from "./clock.ts";
-import { SyncLoop } from "./sync_loop.ts";
+import { countNoLocalEndpoints } from "./no_local_endpoints.ts";
+import { SyncLoop, type SyncOutcome } from "./sync_loop.ts";
 
 /** Everything {@link runProxy} needs, already built. */
 export interface ProxyParts {
@@ -25,6 +49,20 @@ export interface ProxyParts {
   readonly apply: (script: string) => Promise<void>;
   readonly log: Logger;
   readonly clock?: Clock;
+  /**
+   * Deletes stale UDP conntrack entries after a sync that changed the kernel, resolving with
+   * the number deleted (e.g. `runConntrackCleanup`). Absent (dry-run): no cleanup.
+   */
+  readonly conntrackCleanup?: (commands: readonly CleanupCommand[]) => Promise<number>;
+  /**
+   * The daemon's health state. Default: a new {@link ProxyHealth} with upstream's timeout
+   * (`2 × syncPeriod`) on `clock`, served on `config.healthzBindAddress`.
+   */
+  readonly health?: ProxyHealth;
+  /** The daemon's metrics. Default: new {@link ProxyMetrics}, served on `config.metricsBindAddress`. */
+  readonly metrics?: ProxyMetrics;
+  /** Health-check node ports. Default: a {@link ServiceHealthServer} binding real sockets. */
+  readonly serviceHealth?: ServiceHealthServer;
 }
 
 /** How {@link runProxy} runs. */
@@ -36,7 +74,8 @@ export interface RunOptions {
 }
 
 /**
- * Runs the proxy; resolves with the process exit code (0 on success).
+ * Runs the proxy; resolves with the process exit code (0 on success). Errors of
+ * `source.start()` (e.g. no API configuration) are thrown after everything started is stopped.
  *
  * @example
  * ```ts
@@ -45,19 +84,29 @@ export interface RunOptions {
  */
 export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<number> {
   const { config, source, planner, log } = parts;
+  const clock = parts.clock ?? realClock;
+  const daemon = options.once ? undefined : daemonParts(parts, clock);
   const holder: { runner?: BoundedFrequencyRunner } = {};
   let synced!: () => void;
   const listed = new Promise<void>((resolve) => synced = resolve);
-  const state = new ProxyState({
+  const state: ProxyState = new ProxyState({
     hostname: config.hostname,
     log: (line) => log.warn(line),
-    onChange: () => holder.runner?.run(),
+    onRejected: (kind, message) => daemon?.metrics.rejected(kind, message),
+    onChange: (kind) => {
+      if (daemon !== undefined) {
+        daemon.health.queued();
+        daemon.metrics.queued(kind);
+        daemon.metrics.pending(state.pending);
+      }
+      holder.runner?.run();
+    },
     onSynced: () => synced(),
   });
-  const loop = new SyncLoop(state, { planner, apply: parts.apply, log, clock: parts.clock });
+  const loop = new SyncLoop(state, { planner, apply: parts.apply, log, clock });
 
-  await source.start(state);
-  if (options.once) {
+  if (daemon === undefined) {
+    await source.start(state);
     await listed;
     try {
       const outcome = await loop.sync();
@@ -71,12 +120,25 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
     }
   }
 
-  const runner = holder.runner = new BoundedFrequencyRunner(async () => {
-    await loop.sync();
-  }, {
+  const servers: HttpServer[] = [];
+  const shutdown = async () => {
+    await holder.runner?.stop();
+    await source.stop();
+    await Promise.allSettled([...servers.map((s) => s.close()), daemon.serviceHealth.close()]);
+  };
+  try {
+    await source.start(state);
+  } catch (err) {
+    await shutdown();
+    throw err;
+  }
+  servers.push(...startServers(config, daemon, log));
+
+  const afterSync = syncObserver(state, loop, { ...daemon, parts, clock });
+  const runner = holder.runner = new BoundedFrequencyRunner(afterSync, {
     minIntervalMs: config.minSyncPeriodMs,
     maxIntervalMs: config.syncPeriodMs,
-    clock: parts.clock ?? realClock,
+    clock,
     onError: (err) => log.error(`sync failed, will retry: ${(err as Error).message}`),
   });
   const aborted = new Promise<void>((resolve) => {
@@ -86,11 +148,133 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
   await Promise.race([listed, aborted]);
   if (!options.signal?.aborted) {
     log.info("initial state listed, starting syncs");
+    daemon.health.started();
     runner.start();
     await aborted;
   }
   log.info("shutting down; rules stay in the kernel");
-  await runner.stop();
-  await source.stop();
+  await shutdown();
   return 0;
+}
+
+/** The daemon's health, metrics and health-check ports. */
+interface DaemonParts {
+  readonly health: ProxyHealth;
+  readonly metrics: ProxyMetrics;
+  readonly serviceHealth: ServiceHealthServer;
+}
+
+function daemonParts(parts: ProxyParts, clock: Clock): DaemonParts {
+  const { config, log } = parts;
+  const health = parts.health ??
+    new ProxyHealth({ healthTimeoutMs: healthTimeoutMs(config.syncPeriodMs), clock });
+  return {
+    health,
+    metrics: parts.metrics ?? new ProxyMetrics({ mode: config.mode, clock }),
+    serviceHealth: parts.serviceHealth ?? new ServiceHealthServer({
+      proxyHealthy: () => health.status().healthy,
+      log: (line) => log.info(line),
+    }),
+  };
+}
+
+/** Binds the health and metrics servers; one that cannot be bound is logged and skipped. */
+function startServers(config: Config, daemon: DaemonParts, log: Logger): HttpServer[] {
+  const { health, metrics } = daemon;
+  const servers: HttpServer[] = [];
+  const onError = (err: unknown) => log.error(`request failed: ${(err as Error).message}`);
+  const bind = (what: string, address: string, start: () => HttpServer | null) => {
+    try {
+      const server = start();
+      if (server === null) log.info(`${what} server disabled (empty bind address)`);
+      else {
+        servers.push(server);
+        log.info(`serving ${what} on ${address}`);
+      }
+    } catch (err) {
+      if (!(err instanceof ServeError)) throw err;
+      log.error(`${err.message}; running without the ${what} server`);
+    }
+  };
+  bind("health", config.healthzBindAddress, () =>
+    serveHealth(
+      config.healthzBindAddress,
+      healthHandler(health, { onServed: (path, status) => metrics.healthServed(path, status) }),
+      { onError },
+    ));
+  bind(
+    "metrics",
+    config.metricsBindAddress,
+    () => serveMetrics(config.metricsBindAddress, metricsHandler(metrics), { onError }),
+  );
+  return servers;
+}
+
+/** The daemon's sync function: one sync plus everything that follows it (see module doc). */
+function syncObserver(
+  state: ProxyState,
+  loop: SyncLoop,
+  context: DaemonParts & { parts: ProxyParts; clock: Clock },
+): () => Promise<void> {
+  const { health, metrics, serviceHealth, parts, clock } = context;
+  const { config, log } = parts;
+  const conntrack = new ConntrackCleanupTracker();
+  return async () => {
+    const started = clock.now();
+    let outcome: SyncOutcome;
+    try {
+      outcome = await loop.sync();
+    } catch (err) {
+      metrics.syncFailed({ full: loop.lastAttemptFull, seconds: (clock.now() - started) / 1000 });
+      throw err;
+    } finally {
+      metrics.pending(state.pending);
+      health.nodeDeleting(state.node?.deleting ?? false);
+    }
+    health.updated();
+    metrics.syncDone({
+      full: outcome.full,
+      seconds: outcome.durationMs / 1000,
+      bytes: outcome.scriptBytes,
+    });
+    metrics.noLocalEndpoints(
+      countNoLocalEndpoints(state.services, state.endpoints, config.hostname),
+    );
+    const checked = healthCheckedServices(state.services, state.endpoints);
+    await serviceHealth.sync(checked, {
+      bindIPs: checked.size === 0 ? [] : healthCheckBindIPs({
+        nodePortAddresses: config.nodePortAddresses,
+        nodeIPs: state.node?.ips ?? [],
+        bindAddress: config.bindAddress,
+        localAddresses: localInterfaceAddresses(),
+      }),
+    });
+    if (parts.conntrackCleanup !== undefined) {
+      const commands = conntrack.plan(state.services, state.endpoints, {
+        changed: outcome.full ? undefined : outcome.changed,
+      });
+      if (commands.length > 0) {
+        await cleanConntrack(commands, { run: parts.conntrackCleanup, metrics, log });
+      }
+    }
+  };
+}
+
+async function cleanConntrack(
+  commands: readonly CleanupCommand[],
+  context: {
+    run: (c: readonly CleanupCommand[]) => Promise<number>;
+    metrics: ProxyMetrics;
+    log: Logger;
+  },
+): Promise<void> {
+  const { run, metrics, log } = context;
+  try {
+    const deleted = await run(commands);
+    metrics.conntrackDeleted(deleted);
+    log.debug(2, `deleted ${deleted} stale UDP conntrack entries (${commands.length} commands)`);
+  } catch (err) {
+    if (err instanceof ConntrackError) metrics.conntrackDeleted(err.deleted);
+    log.error(`stale UDP conntrack cleanup failed: ${(err as Error).message}`);
+  }
 }

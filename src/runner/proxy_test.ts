@@ -1,0 +1,349 @@
+/**
+ * Specs of the daemon's lifecycle (`runProxy`): health, metrics, health-check node ports and
+ * conntrack cleanup around each sync, driven by a fake source, a fake kernel and a fake clock.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import { type CleanupCommand, ConntrackError } from "../apply/conntrack.ts";
+import { NftApplyError } from "../apply/nft.ts";
+import { type Config, DEFAULT_CONFIG } from "../config/config.ts";
+import { createLogger } from "../log.ts";
+import { NftPlanner } from "../render/nft/planner.ts";
+import { healthHandler, healthTimeoutMs, ProxyHealth } from "../server/health.ts";
+import { ServiceHealthServer } from "../server/health_check_ports.ts";
+import { ProxyMetrics } from "../server/metrics.ts";
+import type { HttpServer } from "../server/serve.ts";
+import type { ObjectEvent, RawObject, Source, SourceHandler } from "../source/events.ts";
+import { endpointSlice, node, service } from "../../tests/fixtures/objects.ts";
+import { FakeClock } from "./clock.ts";
+import { runProxy } from "./proxy.ts";
+
+const CONFIG: Config = {
+  ...DEFAULT_CONFIG,
+  hostname: "node-a",
+  healthzBindAddress: "",
+  metricsBindAddress: "",
+  minSyncPeriodMs: 1000,
+  syncPeriodMs: 30_000,
+};
+
+/** A source the test feeds by hand. */
+class FakeSource implements Source {
+  handler?: SourceHandler;
+  stopped = false;
+  startError?: Error;
+
+  start(handler: SourceHandler): Promise<void> {
+    if (this.startError) return Promise.reject(this.startError);
+    this.handler = handler;
+    return Promise.resolve();
+  }
+
+  stop(): Promise<void> {
+    this.stopped = true;
+    return Promise.resolve();
+  }
+
+  add(kind: ObjectEvent["kind"], current: RawObject): void {
+    this.handler!.onEvent({ kind, current });
+  }
+}
+
+/** Sockets the health-check server would have opened, by address. */
+class FakeSockets {
+  readonly open = new Map<string, (req: Request) => Response>();
+
+  serve = (address: string, handler: (req: Request) => Response): HttpServer => {
+    if (this.open.has(address)) throw new Error(`${address} is in use`);
+    this.open.set(address, handler);
+    return {
+      addr: { hostname: address, port: 0 },
+      close: () => {
+        this.open.delete(address);
+        return Promise.resolve();
+      },
+    };
+  };
+}
+
+/** A running daemon with every part observable. */
+async function startDaemon(
+  options: { conntrack?: (c: readonly CleanupCommand[]) => Promise<number> } = {},
+) {
+  const clock = new FakeClock({ now: 1_700_000_000_000 });
+  const source = new FakeSource();
+  const scripts: string[] = [];
+  const kernel = { failing: false };
+  const logs: string[] = [];
+  const health = new ProxyHealth({ healthTimeoutMs: healthTimeoutMs(CONFIG.syncPeriodMs), clock });
+  const metrics = new ProxyMetrics({ clock });
+  const sockets = new FakeSockets();
+  const controller = new AbortController();
+  const done = runProxy({
+    config: CONFIG,
+    source,
+    planner: new NftPlanner(CONFIG),
+    apply: (script) => {
+      if (kernel.failing) {
+        return Promise.reject(
+          new NftApplyError("nft refused the transaction (Error: injected)", {
+            line: 1,
+            scriptLine: "",
+            stderr: "Error: injected",
+          }),
+        );
+      }
+      scripts.push(script);
+      return Promise.resolve();
+    },
+    log: createLogger({ verbosity: 4, write: (line) => logs.push(line), now: () => "T" }),
+    clock,
+    health,
+    metrics,
+    serviceHealth: new ServiceHealthServer({
+      proxyHealthy: () => health.status().healthy,
+      serve: sockets.serve,
+    }),
+    conntrackCleanup: options.conntrack,
+  }, { once: false, signal: controller.signal });
+  await clock.flush();
+  const healthz = async (path = "/healthz") =>
+    (await healthHandler(health)(new Request(`http://node${path}`))).status;
+  const metric = async (series: string) => {
+    const line = (await metrics.text()).split("\n").find((l) => l.startsWith(`${series} `));
+    return line === undefined ? undefined : Number(line.slice(series.length + 1));
+  };
+  return {
+    clock,
+    source,
+    scripts,
+    kernel,
+    logs,
+    sockets,
+    healthz,
+    metric,
+    async stop() {
+      controller.abort();
+      await clock.advanceAsync(0);
+      return await done;
+    },
+  };
+}
+
+const web = () => service({ name: "web", clusterIPs: ["10.96.0.10"] });
+const webSlice = (endpoints: (string | { ip: string; nodeName: string })[]) =>
+  endpointSlice({ name: "web-1", service: "web", endpoints });
+
+Deno.test("runProxy() answers /healthz 503 while syncs fail for 2 × syncPeriod, and 200 after one succeeds", async () => {
+  const d = await startDaemon();
+  d.source.add("Service", web());
+  d.source.handler!.onSynced();
+  await d.clock.advanceAsync(0);
+  assert.equal(d.scripts.length, 1, "the first sync runs at once");
+  assert.equal(await d.healthz(), 200);
+
+  d.kernel.failing = true;
+  d.source.add("EndpointSlice", webSlice(["10.244.1.11"]));
+  await d.clock.advanceAsync(healthTimeoutMs(CONFIG.syncPeriodMs) - 1);
+  assert.equal(await d.healthz(), 200, "not yet: the change has waited less than the timeout");
+  assert.ok((await d.metric("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"))! >= 2);
+  await d.clock.advanceAsync(1);
+  assert.equal(await d.healthz(), 503);
+  assert.equal(await d.healthz("/livez"), 503);
+
+  d.kernel.failing = false;
+  await d.clock.advanceAsync(CONFIG.syncPeriodMs);
+  assert.equal(await d.healthz(), 200);
+  assert.match(d.scripts.at(-1)!, /10\.244\.1\.11/, "the retry carried the change");
+  assert.equal(await d.stop(), 0);
+});
+
+Deno.test("runProxy() answers /healthz 503 while the Node is being deleted, /livez stays 200", async () => {
+  const d = await startDaemon();
+  d.source.add("Node", {
+    ...node("node-a", { ips: ["192.168.77.1"] }),
+    metadata: { name: "node-a", deletionTimestamp: "2024-05-01T12:00:00Z" },
+  });
+  d.source.handler!.onSynced();
+  await d.clock.advanceAsync(0);
+  assert.equal(await d.healthz(), 503);
+  assert.equal(await d.healthz("/livez"), 200);
+  await d.stop();
+});
+
+Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejections and Local-policy gaps it saw", async () => {
+  const d = await startDaemon();
+  d.source.add("Service", web());
+  d.source.add(
+    "Service",
+    service({ name: "broken", clusterIPs: ["10.96.0.11"], ports: [{ port: 70000 }] }),
+  );
+  d.source.add(
+    "Service",
+    service({
+      name: "local",
+      clusterIPs: ["10.96.0.12"],
+      spec: { internalTrafficPolicy: "Local" },
+    }),
+  );
+  d.source.add("EndpointSlice", webSlice(["10.244.1.11"]));
+  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_service_changes_pending"), 2);
+  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 1);
+  d.source.handler!.onSynced();
+  await d.clock.advanceAsync(0);
+
+  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_service_changes_total"), 2);
+  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 1);
+  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_service_changes_pending"), 0);
+  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(await d.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(
+    await d.metric("kubeproxy_sync_proxy_rules_last_timestamp_seconds"),
+    d.clock.now() / 1000,
+  );
+  assert.equal(
+    await d.metric('kubenftproxy_objects_rejected_total{kind="Service",reason="spec.ports.port"}'),
+    1,
+  );
+  assert.equal(
+    await d.metric(
+      'kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}',
+    ),
+    1,
+  );
+  assert.equal(d.logs.filter((l) => l.includes("default/broken")).length, 1, "logged once");
+
+  d.source.handler!.onEvent({
+    kind: "EndpointSlice",
+    previous: webSlice(["10.244.1.11"]),
+    current: webSlice(["10.244.1.12"]),
+  });
+  await d.clock.advanceAsync(1000);
+  assert.equal(await d.metric("kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 2);
+  await d.stop();
+});
+
+Deno.test("runProxy() opens a health-check node port for an eTP Local LoadBalancer and closes it when the Service goes", async () => {
+  const d = await startDaemon();
+  const lb = service({
+    name: "lb",
+    type: "LoadBalancer",
+    clusterIPs: ["10.96.0.20"],
+    ports: [{ name: "http", port: 80, nodePort: 30080 }],
+    spec: { externalTrafficPolicy: "Local", healthCheckNodePort: 30300 },
+  });
+  d.source.add("Node", node("node-a", { ips: ["127.0.0.1"] }));
+  d.source.add("Service", lb);
+  d.source.add(
+    "EndpointSlice",
+    endpointSlice({ name: "lb-1", service: "lb", endpoints: ["10.244.1.11"] }),
+  );
+  d.source.handler!.onSynced();
+  await d.clock.advanceAsync(0);
+  // A loopback node IP is never a node-port address: every address, as upstream.
+  assert.deepEqual([...d.sockets.open.keys()], ["0.0.0.0:30300"]);
+  const answer = d.sockets.open.get("0.0.0.0:30300")!(new Request("http://node:30300/"));
+  assert.equal(answer.status, 200);
+  assert.deepEqual(JSON.parse(await answer.text()), {
+    service: { namespace: "default", name: "lb" },
+    localEndpoints: 1,
+    serviceProxyHealthy: true,
+  });
+
+  d.source.handler!.onEvent({ kind: "Service", previous: lb });
+  await d.clock.advanceAsync(1000);
+  assert.deepEqual([...d.sockets.open.keys()], []);
+  await d.stop();
+});
+
+Deno.test("runProxy() deletes stale UDP conntrack entries after a sync and counts them; a failing cleanup fails no sync", async () => {
+  const runs: CleanupCommand[][] = [];
+  let fail = false;
+  const d = await startDaemon({
+    conntrack: (commands) => {
+      runs.push([...commands]);
+      if (fail) {
+        return Promise.reject(
+          new ConntrackError("conntrack failed", { deleted: 1, failures: [] }),
+        );
+      }
+      return Promise.resolve(2);
+    },
+  });
+  const dns = service({
+    name: "dns",
+    clusterIPs: ["10.96.0.53"],
+    ports: [{ name: "dns", port: 53, protocol: "UDP" }],
+  });
+  const slice = (ip: string) =>
+    endpointSlice({
+      name: "dns-1",
+      service: "dns",
+      ports: [{ name: "dns", port: 53, protocol: "UDP" }],
+      endpoints: [ip],
+    });
+  d.source.add("Service", dns);
+  d.source.add("EndpointSlice", slice("10.244.1.11"));
+  d.source.handler!.onSynced();
+  await d.clock.advanceAsync(0);
+  assert.equal(runs.length, 1, "flows stuck before the service had endpoints are cleared");
+  assert.equal(await d.metric("kubenftproxy_conntrack_entries_deleted_total"), 2);
+
+  fail = true;
+  d.source.handler!.onEvent({
+    kind: "EndpointSlice",
+    previous: slice("10.244.1.11"),
+    current: slice("10.244.1.12"),
+  });
+  await d.clock.advanceAsync(1000);
+  assert.deepEqual(runs[1].filter((c) => c.reason === "stale-endpoint").map((c) => c.replySrc), [
+    "10.244.1.11",
+  ]);
+  assert.equal(await d.metric("kubenftproxy_conntrack_entries_deleted_total"), 3);
+  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), 0);
+  assert.equal(await d.healthz(), 200);
+  assert.ok(d.logs.some((l) => l.startsWith("E ") && l.includes("conntrack failed")));
+  await d.stop();
+});
+
+Deno.test("runProxy() stops the source and every health-check port on abort, leaving the rules", async () => {
+  const d = await startDaemon();
+  d.source.add(
+    "Service",
+    service({
+      name: "lb",
+      type: "LoadBalancer",
+      clusterIPs: ["10.96.0.20"],
+      ports: [{ name: "http", port: 80, nodePort: 30080 }],
+      spec: { externalTrafficPolicy: "Local", healthCheckNodePort: 30300 },
+    }),
+  );
+  d.source.handler!.onSynced();
+  await d.clock.advanceAsync(0);
+  assert.equal(d.sockets.open.size, 1);
+  const scripts = d.scripts.length;
+  assert.equal(await d.stop(), 0);
+  assert.equal(d.source.stopped, true);
+  assert.equal(d.sockets.open.size, 0);
+  assert.equal(d.scripts.length, scripts, "no script (no flush) on the way out");
+  assert.ok(d.logs.some((l) => l.includes("rules stay in the kernel")));
+});
+
+Deno.test("runProxy() rethrows the source's start error (e.g. no API configuration) after cleaning up", async () => {
+  const source = new FakeSource();
+  source.startError = new Error("no kubeconfig");
+  await assert.rejects(
+    runProxy({
+      config: CONFIG,
+      source,
+      planner: new NftPlanner(CONFIG),
+      apply: () => Promise.resolve(),
+      log: createLogger({ write: () => {} }),
+      clock: new FakeClock(),
+    }, { once: false }),
+    /no kubeconfig/,
+  );
+  assert.equal(source.stopped, true);
+});
