@@ -202,6 +202,7 @@ export class NftSyncer {
       if (after === undefined && before !== undefined) deletedSets.push(before);
     }
     const deletedChains: string[] = [];
+    const rewritten: [string, readonly string[]][] = [];
     for (const [name, changes] of chainChanges.byId) {
       const before = applied.chains.get(name);
       const after = applied.chains.after(name, changes);
@@ -210,9 +211,13 @@ export class NftSyncer {
         continue;
       }
       if (before !== undefined && sameRules(before, after)) continue;
-      tx.addChain({ name });
-      if (before !== undefined) tx.flushChain(name);
-      after.forEach((r) => tx.addRule(name, r));
+      // Every new chain exists before any rule is written: a rewritten chain may jump to one.
+      if (before === undefined) tx.addChain({ name });
+      rewritten.push([name, after]);
+    }
+    for (const [name, rules] of rewritten) {
+      if (applied.chains.has(name)) tx.flushChain(name);
+      rules.forEach((r) => tx.addRule(name, r));
     }
     const additions: ElementDef[] = [];
     for (const [set, changes] of elementChanges) {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { DEFAULT_CONFIG } from "../../config/config.ts";
 import { ProxyState } from "../../tracker/proxy_state.ts";
-import { endpointSlice, service, serviceCIDR } from "../../../tests/fixtures/objects.ts";
+import { endpointSlice, node, service, serviceCIDR } from "../../../tests/fixtures/objects.ts";
 import { kernelGate, withScratch } from "../../../tests/nft_scratch.ts";
 import { NftPlanner } from "./planner.ts";
 
@@ -224,5 +224,39 @@ Deno.test({
       const retry = planner.plan(state, { full: false, changed });
       assert.equal(retry.script, failed.script);
       await k.load(retry.script);
+    }),
+});
+
+Deno.test({
+  name: "NftPlanner creates a new balancer before an existing external chain jumps to it",
+  ignore: kernelGate.ignore,
+  fn: () =>
+    withScratch(async (k) => {
+      const state = new ProxyState({ hostname: "node-a", log: () => {} });
+      const np = service({
+        name: "np",
+        type: "NodePort",
+        clusterIPs: ["10.96.0.60"],
+        ports: [{ name: "http", port: 80, nodePort: 30060 }],
+      });
+      const slice = (ips: string[]) =>
+        endpointSlice({ name: "np-1", service: "np", endpoints: ips });
+      state.onEvent({ kind: "Node", current: node("node-a", { ips: ["192.168.77.1"] }) });
+      state.onEvent({ kind: "Service", current: np });
+      state.onEvent({ kind: "EndpointSlice", current: slice(["10.244.1.11"]) });
+      const planner = new NftPlanner({ ...config, hostname: "node-a" });
+      await k.load(sync(state, planner, true));
+      state.onEvent({
+        kind: "EndpointSlice",
+        previous: slice(["10.244.1.11"]),
+        current: slice(["10.244.1.11", "10.244.1.12"]),
+      });
+      const partial = sync(state, planner);
+      assert.ok(
+        partial.indexOf("add chain ip kube-nftproxy lb-tcp-2") <
+          partial.indexOf("goto lb-tcp-2"),
+        partial,
+      );
+      await k.load(partial);
     }),
 });

@@ -1,0 +1,115 @@
+/**
+ * Render options for one iptables family, derived from the configuration and the node: the one
+ * place where `detectLocalMode`, `masqueradeAll`, `masqueradeBit`, `nodePortAddresses` and the
+ * service CIDRs become iptables match text or addresses.
+ *
+ * The node-port addresses and service CIDRs are taken from the nft backend's options, so both
+ * backends serve node ports on exactly the same addresses (never on loopback: upstream's
+ * iptables mode allows `127.0.0.1` node ports with `route_localnet`, this proxy's contract
+ * does not).
+ *
+ * @module
+ */
+import type { Config } from "../../config/config.ts";
+import type { NodeInfo } from "../../model/node.ts";
+import { familyOf, type IPFamily } from "../../model/service_port.ts";
+import { type ClusterFacts, nftRenderOptions } from "../nft/options.ts";
+
+/** How one family's iptables rules are rendered. */
+export interface IptablesRenderOptions {
+  readonly family: IPFamily;
+  /** The masquerade mark as upstream prints it (`%#08x`): bit 14 is `0x004000`. */
+  readonly masqueradeMark: string;
+  /** Masquerade all traffic to cluster IPs. */
+  readonly masqueradeAll: boolean;
+  /** Match for "comes from a local pod" (`-s 10.244.0.0/16`, `-i cbr0`, `-i veth+`), or null. */
+  readonly localMatch: string | null;
+  /** Match for "does not come from a local pod" (`! -s 10.244.0.0/16`), or null. */
+  readonly notLocalMatch: string | null;
+  /** Service CIDRs of this family: unallocated IPs inside them are dropped. */
+  readonly serviceCIDRs: readonly string[];
+  /** Addresses of this node (this family) that accept node ports. */
+  readonly nodePortIPs: readonly string[];
+  /** This node's name, for local endpoints and node topology hints. */
+  readonly nodeName: string;
+  /** This node's zone, for zone topology hints (empty when unknown). */
+  readonly zone: string;
+  /**
+   * KUBE-FORWARD drops packets conntrack calls INVALID (upstream does, unless the kernel's
+   * `nf_conntrack_tcp_be_liberal` is set). Default true.
+   */
+  readonly dropInvalid: boolean;
+  /** MASQUERADE with `--random-fully` (every iptables this proxy supports has it). */
+  readonly randomFully: boolean;
+  /**
+   * Upstream's large-cluster mode (more than 1000 endpoints in the family): endpoint rules and
+   * KUBE-SEP-* chains carry no comments, which shrinks the script by about a third.
+   */
+  readonly largeClusterMode: boolean;
+}
+
+/** Endpoint count above which {@link IptablesRenderOptions.largeClusterMode} is on (upstream's). */
+export const LARGE_CLUSTER_ENDPOINTS = 1000;
+
+/** Options of {@link iptablesRenderOptions} that do not come from the configuration. */
+export interface IptablesFacts extends ClusterFacts {
+  /** Endpoints of this family in the whole state (selects large-cluster mode). Default 0. */
+  readonly totalEndpoints?: number;
+  /** The kernel's `nf_conntrack_tcp_be_liberal` is set (no INVALID drop). Default false. */
+  readonly conntrackTCPLiberal?: boolean;
+}
+
+/** The render options of one family. */
+export function iptablesRenderOptions(
+  config: Config,
+  facts: IptablesFacts,
+  family: IPFamily,
+): IptablesRenderOptions {
+  const nft = nftRenderOptions(config, facts, family === "IPv4" ? "ip" : "ip6");
+  const detector = localDetector(config, facts.node, family);
+  return {
+    family,
+    masqueradeMark: `0x${(1 << config.masqueradeBit >>> 0).toString(16).padStart(6, "0")}`,
+    masqueradeAll: config.masqueradeAll,
+    localMatch: detector?.local ?? null,
+    notLocalMatch: detector?.notLocal ?? null,
+    serviceCIDRs: nft.serviceCIDRs,
+    nodePortIPs: nft.nodePortIPs,
+    nodeName: nft.nodeName,
+    zone: nft.zone,
+    dropInvalid: !(facts.conntrackTCPLiberal ?? false),
+    randomFully: true,
+    largeClusterMode: (facts.totalEndpoints ?? 0) > LARGE_CLUSTER_ENDPOINTS,
+  };
+}
+
+/** Interface names iptables accepts in `-i` (a `+` suffix is added for prefixes). */
+const INTERFACE_NAME = /^[A-Za-z0-9_.@-]{1,15}$/;
+
+function localDetector(
+  config: Config,
+  node: NodeInfo | null,
+  family: IPFamily,
+): { local: string; notLocal: string } | null {
+  // One CIDR per family, like upstream's detector.
+  const byCIDR = (cidrs: readonly string[]) => {
+    const cidr = cidrs.find((c) => familyOf(c.split("/")[0]) === family);
+    return cidr === undefined ? null : { local: `-s ${cidr}`, notLocal: `! -s ${cidr}` };
+  };
+  const byInterface = (name: string, suffix: string) =>
+    INTERFACE_NAME.test(name)
+      ? { local: `-i ${name}${suffix}`, notLocal: `! -i ${name}${suffix}` }
+      : null;
+  switch (config.detectLocalMode) {
+    case "ClusterCIDR":
+      return byCIDR(config.clusterCIDRs);
+    case "NodeCIDR":
+      return byCIDR(node?.podCIDRs ?? []);
+    case "BridgeInterface":
+      return byInterface(config.bridgeInterface, "");
+    case "InterfaceNamePrefix":
+      return byInterface(config.interfaceNamePrefix, "+");
+    case "None":
+      return null;
+  }
+}

@@ -1,0 +1,83 @@
+/**
+ * The iptables planner: both families' syncers behind the same {@link Planner} interface as the
+ * nft backend, producing one script with an `iptables-restore` section for IPv4 and one for
+ * IPv6 (see script.ts for the format; `applyIptables` in src/apply/iptables.ts runs it).
+ *
+ * @example
+ * ```ts
+ * const planner = new IptablesPlanner(config);
+ * const plan = planner.plan(state, { full: true, changed: new Set() });
+ * await applier.apply(plan.script);
+ * plan.commit();
+ * ```
+ *
+ * @module
+ */
+import type { Config } from "../../config/config.ts";
+import { familyOf, type IPFamily } from "../../model/service_port.ts";
+import type { ClusterFacts } from "../nft/options.ts";
+import type { Plan, Planner, PlannerInput } from "../nft/planner.ts";
+import type { SyncRequest } from "../nft/syncer.ts";
+import { iptablesRenderOptions } from "./options.ts";
+import { IptablesSyncer } from "./syncer.ts";
+
+/** Options of an {@link IptablesPlanner}. */
+export interface IptablesPlannerOptions {
+  /**
+   * The kernel's `net.netfilter.nf_conntrack_tcp_be_liberal` is set: KUBE-FORWARD then drops no
+   * INVALID packets (upstream reads the sysctl at start-up). Default false.
+   */
+  conntrackTCPLiberal?: boolean;
+  /** Families to program. Default both. */
+  families?: readonly IPFamily[];
+}
+
+/** Plans iptables-restore scripts for both families. */
+export class IptablesPlanner implements Planner {
+  readonly #config: Config;
+  readonly #liberal: boolean;
+  readonly #syncers: Map<IPFamily, IptablesSyncer>;
+
+  constructor(config: Config, options: IptablesPlannerOptions = {}) {
+    this.#config = config;
+    this.#liberal = options.conntrackTCPLiberal ?? false;
+    const families = options.families ?? ["IPv4", "IPv6"];
+    this.#syncers = new Map(families.map((f) => [f, new IptablesSyncer()]));
+  }
+
+  plan(input: PlannerInput, request: SyncRequest): Plan {
+    const totals = countEndpoints(input);
+    const plans = [...this.#syncers].map(([family, syncer]) =>
+      syncer.plan(
+        input,
+        request,
+        iptablesRenderOptions(this.#config, {
+          node: input.node,
+          serviceCIDRs: input.serviceCIDRs,
+          localAddresses: (input as Partial<ClusterFacts>).localAddresses,
+          totalEndpoints: totals[family],
+          conntrackTCPLiberal: this.#liberal,
+        }, family),
+      )
+    );
+    return {
+      script: plans.map((p) => p.script).join(""),
+      full: plans.some((p) => p.full),
+      servicePortsChanged: Math.max(0, ...plans.map((p) => p.servicePortsChanged)),
+      commit: () => plans.forEach((p) => p.commit()),
+    };
+  }
+
+  reset(): void {
+    this.#syncers.forEach((s) => s.reset());
+  }
+}
+
+/** Endpoints per family of the service ports in the state (upstream's large-cluster count). */
+function countEndpoints(input: PlannerInput): Record<IPFamily, number> {
+  const totals: Record<IPFamily, number> = { IPv4: 0, IPv6: 0 };
+  for (const key of input.services.keys()) {
+    for (const ep of input.endpoints.get(key) ?? []) totals[familyOf(ep.ip)]++;
+  }
+  return totals;
+}
