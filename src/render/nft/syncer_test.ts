@@ -18,7 +18,11 @@ function smallCluster(): ProxyState {
       current: service({
         name: "web",
         clusterIPs: ["10.96.0.10", "fd00:10:96::a"],
-        ports: [{ name: "http", port: 80 }, { name: "dns", port: 53, protocol: "UDP" }],
+        ports: [
+          { name: "http", port: 80 },
+          { name: "dns", port: 53, protocol: "UDP" },
+          { name: "assoc", port: 80, protocol: "SCTP" },
+        ],
       }),
     },
     { kind: "Service" as const, current: service({ name: "empty", clusterIPs: ["10.96.0.11"] }) },
@@ -27,7 +31,11 @@ function smallCluster(): ProxyState {
       current: endpointSlice({
         name: "web-v4",
         service: "web",
-        ports: [{ name: "http", port: 8080 }, { name: "dns", port: 5353, protocol: "UDP" }],
+        ports: [
+          { name: "http", port: 8080 },
+          { name: "dns", port: 5353, protocol: "UDP" },
+          { name: "assoc", port: 8080, protocol: "SCTP" },
+        ],
         endpoints: ["10.244.1.12", "10.244.1.11"],
       }),
     },
