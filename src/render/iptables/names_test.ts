@@ -1,0 +1,59 @@
+import assert from "node:assert/strict";
+import type { ServicePortName } from "../../model/service_port.ts";
+import { comment, endpointChainName, isServiceChainName, serviceChainNames } from "./names.ts";
+
+const spn = (namespace: string, name: string, port: string, protocol = "TCP"): ServicePortName => ({
+  namespace,
+  name,
+  port,
+  protocol: protocol as ServicePortName["protocol"],
+});
+
+Deno.test("serviceChainNames() hashes the service-port name like upstream kube-proxy", () => {
+  // Values from upstream's proxier_test.go: ns1/svc1:p80 over TCP, endpoint 10.180.0.1:80.
+  const names = serviceChainNames(spn("ns1", "svc1", "p80"));
+  assert.equal(names.cluster, "KUBE-SVC-XPGD46QRK7WJZT7O");
+  assert.equal(names.local, "KUBE-SVL-XPGD46QRK7WJZT7O");
+  assert.equal(names.external, "KUBE-EXT-XPGD46QRK7WJZT7O");
+  assert.equal(names.firewall, "KUBE-FW-XPGD46QRK7WJZT7O");
+  assert.equal(
+    endpointChainName(spn("ns1", "svc1", "p80"), "10.180.0.1:80"),
+    "KUBE-SEP-SXIVWICOYRO3J4NJ",
+  );
+});
+
+Deno.test("serviceChainNames() gives each protocol of a port name its own chains", () => {
+  const tcp = serviceChainNames(spn("ns", "dns", "dns", "TCP"));
+  const udp = serviceChainNames(spn("ns", "dns", "dns", "UDP"));
+  assert.notEqual(tcp.cluster, udp.cluster);
+});
+
+Deno.test("chain names stay within iptables' 28 characters whatever the object names are", () => {
+  const long = spn("n".repeat(63), "s".repeat(63), "p".repeat(15));
+  for (
+    const name of [
+      ...Object.values(serviceChainNames(long)),
+      endpointChainName(long, "[fd00::1]:80"),
+    ]
+  ) {
+    assert.ok(name.length <= 28, name);
+    assert.match(name, /^KUBE-[A-Z]+-[A-Z2-7]{16}$/);
+  }
+});
+
+Deno.test("isServiceChainName() recognises per-service chains only", () => {
+  assert.ok(isServiceChainName("KUBE-SEP-SXIVWICOYRO3J4NJ"));
+  assert.ok(isServiceChainName("KUBE-FW-XPGD46QRK7WJZT7O"));
+  assert.ok(!isServiceChainName("KUBE-SERVICES"));
+  assert.ok(!isServiceChainName("KUBE-MARK-MASQ"));
+  assert.ok(!isServiceChainName("DOCKER"));
+});
+
+Deno.test("comment() keeps readable text and cannot end the quote or the line", () => {
+  assert.equal(
+    comment("ns/web:http -> [fd00::1]:80"),
+    '-m comment --comment "ns/web:http -> [fd00::1]:80"',
+  );
+  assert.equal(comment('a" -j ACCEPT\n-A X'), '-m comment --comment "a_ -j ACCEPT_-A X"');
+  assert.equal(comment("x".repeat(400)).length, '-m comment --comment ""'.length + 255);
+});
