@@ -1,0 +1,381 @@
+/**
+ * Running iptables: applying the iptables planner's scripts with `iptables-restore --noflush`
+ * / `ip6tables-restore --noflush`, choosing the back end (iptables-nft or iptables-legacy) like
+ * upstream's image does, removing everything this proxy created, and switching between the nft
+ * and iptables modes at start-up.
+ *
+ * Scripts always go through stdin, never through a shell or a command line. Every program runs
+ * with a time limit. A refused section raises {@link IptablesApplyError} with the failing line;
+ * `iptables-restore` commits table by table, so the sync loop's full sync on retry re-asserts
+ * everything.
+ *
+ * @example
+ * ```ts
+ * const applier = new IptablesApplier({ backend: "auto" });
+ * await applier.apply(plan.script);
+ * ```
+ *
+ * @module
+ */
+import type { ProxyMode } from "../config/config.ts";
+import type { IPFamily } from "../model/service_port.ts";
+import {
+  cleanupScript,
+  parseSave,
+  reconcileSection,
+  type SavedTables,
+} from "../render/iptables/reconcile.ts";
+import { splitSections } from "../render/iptables/script.ts";
+import { deleteTables, type NftRunnerOptions } from "./nft.ts";
+
+/** Which iptables implementation programs the kernel. */
+export type IptablesBackend = "nft" | "legacy";
+
+/** How iptables programs are run. */
+export interface IptablesRunnerOptions {
+  /** Back end. Default `nft`. */
+  backend?: IptablesBackend;
+  /** Run inside this network namespace (`ip netns exec NS …`); for tests. */
+  netns?: string;
+  /** Seconds `iptables-restore -w` waits for the xtables lock. Default 5. */
+  lockWaitSeconds?: number;
+  /** Time limit of each program, ms. Default 120 000. */
+  timeoutMs?: number;
+}
+
+/** `iptables-restore` refused a section, or an iptables program could not be run. */
+export class IptablesApplyError extends Error {
+  /** The family of the refused section. */
+  readonly family: IPFamily;
+  /** 1-based line of the section the program complained about, or 0. */
+  readonly line: number;
+  /** That line's text, or empty. */
+  readonly scriptLine: string;
+  /** The program's whole stderr. */
+  readonly stderr: string;
+
+  constructor(
+    message: string,
+    options: {
+      family: IPFamily;
+      line: number;
+      scriptLine: string;
+      stderr: string;
+      cause?: unknown;
+    },
+  ) {
+    super(message, { cause: options.cause });
+    this.name = "IptablesApplyError";
+    this.family = options.family;
+    this.line = options.line;
+    this.scriptLine = options.scriptLine;
+    this.stderr = options.stderr;
+  }
+}
+
+/** The program of a family and back end: `iptables-nft-restore`, `ip6tables-legacy-save`, …. */
+export function iptablesProgram(
+  tool: "restore" | "save",
+  family: IPFamily,
+  backend: IptablesBackend,
+): string {
+  return `${family === "IPv6" ? "ip6" : "ip"}tables-${backend}-${tool}`;
+}
+
+interface ProgramResult {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs one program (without a shell, optionally in a namespace) with a time limit. */
+async function runProgram(
+  argv: readonly string[],
+  options: IptablesRunnerOptions & { stdin?: string },
+): Promise<ProgramResult> {
+  const [cmd, ...args] = options.netns ? ["ip", "netns", "exec", options.netns, ...argv] : argv;
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(cmd, {
+      args,
+      stdin: options.stdin === undefined ? "null" : "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+  } catch (err) {
+    return { code: -1, stdout: "", stderr: `cannot run ${argv[0]}: ${(err as Error).message}` };
+  }
+  const timer = setTimeout(() => {
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // already exited
+    }
+  }, options.timeoutMs ?? 120_000);
+  try {
+    if (options.stdin !== undefined) {
+      const writer = child.stdin.getWriter();
+      // A program that exits early on a bad line closes the pipe; its exit code tells why.
+      await writer.write(new TextEncoder().encode(options.stdin)).catch(() => {});
+      await writer.close().catch(() => {});
+    }
+    const out = await child.output();
+    const decoder = new TextDecoder();
+    return {
+      code: out.code,
+      stdout: decoder.decode(out.stdout),
+      stderr: decoder.decode(out.stderr),
+    };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Loads one restore section (`iptables-restore --noflush -w N`, stdin). Throws
+ * {@link IptablesApplyError} naming the failing line.
+ */
+export async function restoreSection(
+  text: string,
+  family: IPFamily,
+  options: IptablesRunnerOptions = {},
+): Promise<void> {
+  const program = iptablesProgram("restore", family, options.backend ?? "nft");
+  const wait = String(options.lockWaitSeconds ?? 5);
+  const result = await runProgram([program, "--noflush", "-w", wait], { ...options, stdin: text });
+  if (result.code === 0) return;
+  // "Error occurred at line: 3" (both back ends) or "line 3 failed" (older releases).
+  const match = /line:? (\d+)/.exec(result.stderr);
+  const line = match ? Number(match[1]) : 0;
+  const scriptLine = line > 0 ? (text.split("\n")[line - 1] ?? "") : "";
+  const first = result.stderr.trim().split("\n").filter((l) => l.trim() !== "" && !/^Try `/.test(l))
+    .join(" ") || `exit code ${result.code}`;
+  // iptables-nft finds some errors (a jump to a missing chain) only when the table commits.
+  const whole = scriptLine === "COMMIT" ? " (the table was refused as a whole)" : "";
+  const where = line > 0 ? ` at line ${line}: ${abbreviate(scriptLine)}${whole}` : "";
+  throw new IptablesApplyError(`${program} refused the ${family} rules${where} (${first})`, {
+    family,
+    line,
+    scriptLine,
+    stderr: result.stderr,
+  });
+}
+
+/**
+ * The current filter and nat tables of one family (`iptables-save`; absent tables are empty).
+ * Throws {@link IptablesApplyError} when the program fails.
+ */
+export async function saveTables(
+  family: IPFamily,
+  options: IptablesRunnerOptions = {},
+): Promise<SavedTables> {
+  return parseSave(await saveText(family, options));
+}
+
+async function saveText(family: IPFamily, options: IptablesRunnerOptions): Promise<string> {
+  const program = iptablesProgram("save", family, options.backend ?? "nft");
+  const result = await runProgram([program], options);
+  if (result.code !== 0) {
+    throw new IptablesApplyError(`${program} failed: ${result.stderr.trim()}`, {
+      family,
+      line: 0,
+      scriptLine: "",
+      stderr: result.stderr,
+    });
+  }
+  return result.stdout;
+}
+
+/**
+ * Applies a script of the iptables planner: each family's section in turn. A full-sync section
+ * is first completed from the kernel's current rules (missing jump rules, leftover chains of an
+ * earlier process; see `reconcileSection`), as upstream does on full syncs only.
+ */
+export async function applyIptables(
+  script: string,
+  options: IptablesRunnerOptions = {},
+): Promise<void> {
+  for (const section of splitSections(script)) {
+    let text = section.text;
+    if (section.full) text = reconcileSection(text, await saveTables(section.family, options));
+    await restoreSection(text, section.family, options);
+  }
+}
+
+/** What {@link chooseBackend} looks at: `iptables-save` output of each back end. */
+export interface BackendEvidence {
+  /** `iptables-nft-save` + `ip6tables-nft-save` output (all tables). */
+  readonly nft: string;
+  /** `iptables-legacy-save` + `ip6tables-legacy-save` output (all tables). */
+  readonly legacy: string;
+}
+
+/**
+ * Chooses the back end the node already uses, like upstream's iptables-wrapper: the one where
+ * kubelet left its hint chains (`KUBE-IPTABLES-HINT`, `KUBE-KUBELET-CANARY`); else the one
+ * holding our (or kube-proxy's) `KUBE-SERVICES`; else the one with more rules; nft on a tie.
+ */
+export function chooseBackend(evidence: BackendEvidence): IptablesBackend {
+  const has = (text: string, pattern: RegExp) => text.split("\n").some((l) => pattern.test(l));
+  for (const pattern of [/^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY) /, /^:KUBE-SERVICES /]) {
+    if (has(evidence.nft, pattern)) return "nft";
+    if (has(evidence.legacy, pattern)) return "legacy";
+  }
+  const rules = (text: string) => text.split("\n").filter((l) => l.startsWith("-")).length;
+  return rules(evidence.legacy) > rules(evidence.nft) ? "legacy" : "nft";
+}
+
+/** Runs both back ends' `iptables-save` (both families) and {@link chooseBackend}. */
+export async function detectBackend(
+  options: Omit<IptablesRunnerOptions, "backend"> = {},
+): Promise<IptablesBackend> {
+  const evidence = { nft: "", legacy: "" };
+  for (const backend of ["nft", "legacy"] as const) {
+    for (const family of ["IPv4", "IPv6"] as const) {
+      // A back end that does not run here has no rules: its evidence stays empty.
+      const result = await runProgram([iptablesProgram("save", family, backend)], {
+        ...options,
+        timeoutMs: options.timeoutMs ?? 10_000,
+      });
+      if (result.code === 0) evidence[backend] += result.stdout;
+    }
+  }
+  return chooseBackend(evidence);
+}
+
+/**
+ * Removes our jump rules and KUBE-* chains from both families of the given back ends (default
+ * both), leaving every other rule and chain as it was. A family whose save fails (its program
+ * missing) is skipped.
+ */
+export async function cleanupIptables(
+  options: Omit<IptablesRunnerOptions, "backend"> & { backends?: readonly IptablesBackend[] } = {},
+): Promise<void> {
+  for (const backend of options.backends ?? ["nft", "legacy"]) {
+    for (const family of ["IPv4", "IPv6"] as const) {
+      const runner = { ...options, backend };
+      let saved: SavedTables;
+      try {
+        saved = await saveTables(family, runner);
+      } catch {
+        continue;
+      }
+      const script = cleanupScript(saved);
+      if (script !== "") await restoreSection(script, family, runner);
+    }
+  }
+}
+
+/** Options of {@link IptablesApplier}. */
+export interface IptablesApplierOptions extends Omit<IptablesRunnerOptions, "backend"> {
+  /** Back end, or `auto` to {@link detectBackend} before the first apply. Default `auto`. */
+  backend?: IptablesBackend | "auto";
+  /** Receives one line naming the back end once it is chosen. */
+  log?: (line: string) => void;
+}
+
+/** Applies iptables scripts with one back end, chosen once. */
+export class IptablesApplier {
+  readonly #options: IptablesApplierOptions;
+  #backend: Promise<IptablesBackend> | undefined;
+
+  constructor(options: IptablesApplierOptions = {}) {
+    this.#options = options;
+  }
+
+  /** The back end in use (detected on first call with `auto`). */
+  backend(): Promise<IptablesBackend> {
+    this.#backend ??= (async () => {
+      const wanted = this.#options.backend ?? "auto";
+      const backend = wanted === "auto" ? await detectBackend(this.#options) : wanted;
+      this.#options.log?.(
+        `iptables back end: ${backend}${wanted === "auto" ? " (detected)" : ""}`,
+      );
+      return backend;
+    })();
+    return this.#backend;
+  }
+
+  /** Applies a script of the iptables planner (see {@link applyIptables}). */
+  async apply(script: string): Promise<void> {
+    if (script === "") return;
+    await applyIptables(script, { ...this.#options, backend: await this.backend() });
+  }
+
+  /** Removes everything this proxy created in the back end in use. */
+  async cleanup(): Promise<void> {
+    await cleanupIptables({ ...this.#options, backends: [await this.backend()] });
+  }
+}
+
+/** Options of {@link removeOtherMode}. */
+export interface RemoveOtherModeOptions {
+  /** The nft table name (`Config.tableName`). */
+  tableName: string;
+  /** Run inside this network namespace; for tests. */
+  netns?: string;
+  /** The nft binary (see `NftRunnerOptions`). */
+  nftPath?: string;
+}
+
+/**
+ * Removes the rules of the mode the proxy is NOT running in: in iptables mode our nft tables
+ * (`ip`/`ip6` tableName), in nft mode our iptables jump rules and KUBE-* chains of both back
+ * ends. Call it once after the first successful sync (see {@link afterFirstApply}), so the new
+ * mode's rules are in place before the old ones go.
+ */
+export async function removeOtherMode(
+  mode: ProxyMode,
+  options: RemoveOtherModeOptions,
+): Promise<void> {
+  if (mode === "iptables") {
+    const nft: NftRunnerOptions = { netns: options.netns, nftPath: options.nftPath };
+    await deleteTables(options.tableName, nft);
+  } else {
+    await cleanupIptables({ netns: options.netns });
+  }
+}
+
+/**
+ * Wraps an apply function so that `then` runs once, right after the first successful apply
+ * (an empty script counts: the kernel already holds our rules). A failing `then` is reported
+ * to `onError` and not retried; the sync itself has succeeded.
+ *
+ * @example
+ * ```ts
+ * apply: afterFirstApply((s) => applier.apply(s), () =>
+ *   removeOtherMode("iptables", { tableName: config.tableName }), (e) => log.warn(`${e}`)),
+ * ```
+ */
+export function afterFirstApply(
+  apply: (script: string) => Promise<void>,
+  then: () => Promise<void>,
+  onError: (err: unknown) => void = () => {},
+): (script: string) => Promise<void> {
+  let done = false;
+  return async (script) => {
+    await apply(script);
+    if (done) return;
+    done = true;
+    try {
+      await then();
+    } catch (err) {
+      onError(err);
+    }
+  };
+}
+
+/** Whether the kernel's `nf_conntrack_tcp_be_liberal` is set (then no INVALID drop rule). */
+export async function readConntrackTCPLiberal(
+  path = "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal",
+): Promise<boolean> {
+  try {
+    return (await Deno.readTextFile(path)).trim() !== "0";
+  } catch {
+    return false;
+  }
+}
+
+function abbreviate(text: string): string {
+  return text.length > 200 ? `${text.slice(0, 197)}...` : text;
+}

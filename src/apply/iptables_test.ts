@@ -1,0 +1,192 @@
+import assert from "node:assert/strict";
+import { DEFAULT_CONFIG } from "../config/config.ts";
+import { ProxyState } from "../tracker/proxy_state.ts";
+import { IptablesPlanner } from "../render/iptables/planner.ts";
+import { NftPlanner } from "../render/nft/planner.ts";
+import { endpointSlice, node, service } from "../../tests/fixtures/objects.ts";
+import { BACKENDS, kernelGate, withIptablesScratch } from "../../tests/e2e/iptables_harness.ts";
+import { applyNft, runNft } from "./nft.ts";
+import {
+  afterFirstApply,
+  applyIptables,
+  chooseBackend,
+  cleanupIptables,
+  detectBackend,
+  IptablesApplyError,
+  readConntrackTCPLiberal,
+  removeOtherMode,
+  restoreSection,
+} from "./iptables.ts";
+
+const config = { ...DEFAULT_CONFIG, hostname: "node-a", clusterCIDRs: ["10.244.0.0/16"] };
+
+function stateWith(names: string[]): ProxyState {
+  const state = new ProxyState({ hostname: "node-a", log: (line) => assert.fail(line) });
+  state.onEvent({ kind: "Node", current: node("node-a", { ips: ["192.168.77.1"] }) });
+  names.forEach((name, i) => {
+    state.onEvent({
+      kind: "Service",
+      current: service({ name, clusterIPs: [`10.96.0.${10 + i}`] }),
+    });
+    state.onEvent({
+      kind: "EndpointSlice",
+      current: endpointSlice({
+        name: `${name}-1`,
+        service: name,
+        endpoints: [`10.244.1.${11 + i}`],
+      }),
+    });
+  });
+  return state;
+}
+
+function fullScript(planner: IptablesPlanner | NftPlanner, state: ProxyState): string {
+  const plan = planner.plan(state, { full: true, changed: state.takeChanges().changed });
+  plan.commit();
+  return plan.script;
+}
+
+Deno.test({
+  name:
+    "applyIptables() reports the line iptables-restore refused, and the kernel keeps nothing of it",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    const script = (rule: string) =>
+      ["# kube-nftproxy IPv4 partial sync", "*nat", ":KUBE-SERVICES - [0:0]", rule, "COMMIT", ""]
+        .join("\n");
+    const refused = async (ns: string, backend: "nft" | "legacy", rule: string) => {
+      const err = await applyIptables(script(rule), { netns: ns, backend }).then(
+        () => assert.fail(`accepted ${rule}`),
+        (e) => e,
+      );
+      assert.ok(err instanceof IptablesApplyError, String(err));
+      assert.equal(err.family, "IPv4");
+      return err;
+    };
+    for (const backend of BACKENDS) {
+      await withIptablesScratch(async (k) => {
+        const bad = "-A KUBE-SERVICES -p tcp --dport 99999 -j RETURN";
+        const err = await refused(k.ns, backend, bad);
+        assert.equal(err.line, 4, err.message);
+        assert.equal(err.scriptLine, bad);
+        assert.match(err.message, /at line 4: -A KUBE-SERVICES -p tcp --dport 99999 -j RETURN/);
+        assert.match(err.stderr, /invalid port/);
+        // A jump to a missing chain: iptables-nft only notices when the table commits.
+        const missing = await refused(k.ns, backend, "-A KUBE-SERVICES -j KUBE-SVC-DOESNOTEXIST00");
+        assert.ok([4, 5].includes(missing.line), missing.message);
+        assert.ok(!(await k.saveText("IPv4", backend)).includes("KUBE-SERVICES"));
+      });
+    }
+  },
+});
+
+Deno.test({
+  name: "applyIptables() removes the chains an earlier process left behind at its first full sync",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    for (const backend of BACKENDS) {
+      await withIptablesScratch(async (k) => {
+        await k.apply(fullScript(new IptablesPlanner(config), stateWith(["web", "old"])), backend);
+        const before = await k.save("IPv4", backend);
+        assert.equal([...before.nat.chains].filter((c) => c.startsWith("KUBE-SEP-")).length, 2);
+        // A new process (fresh planner) no longer has the Service "old".
+        await k.apply(fullScript(new IptablesPlanner(config), stateWith(["web"])), backend);
+        const after = await k.save("IPv4", backend);
+        assert.equal([...after.nat.chains].filter((c) => c.startsWith("KUBE-SEP-")).length, 1);
+        assert.equal([...after.nat.chains].filter((c) => c.startsWith("KUBE-SVC-")).length, 1);
+      });
+    }
+  },
+});
+
+Deno.test("chooseBackend() follows kubelet's hint, then KUBE-SERVICES, then the rule count", () => {
+  const hint = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n";
+  const ours = "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n";
+  const rules = "*filter\n-A INPUT -j ACCEPT\n-A INPUT -j DROP\nCOMMIT\n";
+  assert.equal(chooseBackend({ nft: "", legacy: "" }), "nft");
+  assert.equal(chooseBackend({ nft: rules, legacy: hint }), "legacy");
+  assert.equal(chooseBackend({ nft: hint, legacy: hint }), "nft");
+  assert.equal(chooseBackend({ nft: rules, legacy: ours }), "legacy");
+  assert.equal(chooseBackend({ nft: "", legacy: rules }), "legacy");
+  assert.equal(chooseBackend({ nft: rules, legacy: rules }), "nft");
+});
+
+Deno.test({
+  name: "detectBackend() picks the back end that already holds rules",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    await withIptablesScratch(async (k) => {
+      assert.equal(await detectBackend({ netns: k.ns }), "nft");
+      await restoreSection("*filter\n-A INPUT -p tcp --dport 1 -j ACCEPT\nCOMMIT\n", "IPv4", {
+        netns: k.ns,
+        backend: "legacy",
+      });
+      assert.equal(await detectBackend({ netns: k.ns }), "legacy");
+    });
+  },
+});
+
+Deno.test({
+  name: "removeOtherMode() removes nft tables in iptables mode and our iptables rules in nft mode",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    await withIptablesScratch(async (k) => {
+      const state = stateWith(["web"]);
+      await applyNft(fullScript(new NftPlanner(config), state), { netns: k.ns });
+      state.onEvent({
+        kind: "Service",
+        current: service({ name: "x", clusterIPs: ["10.96.0.99"] }),
+      });
+      await k.apply(fullScript(new IptablesPlanner(config), state), "nft");
+      await k.apply(fullScript(new IptablesPlanner(config), state), "legacy");
+
+      await removeOtherMode("iptables", { tableName: config.tableName, netns: k.ns });
+      const tables = (await runNft(["list", "tables"], { netns: k.ns })).stdout;
+      assert.ok(!tables.includes("kube-nftproxy"), tables);
+      assert.match(await k.saveText("IPv4", "nft"), /KUBE-SERVICES/, "iptables rules stay");
+
+      await removeOtherMode("nft", { tableName: config.tableName, netns: k.ns });
+      for (const backend of BACKENDS) {
+        for (const family of ["IPv4", "IPv6"] as const) {
+          const saved = await k.saveText(family, backend);
+          assert.ok(!saved.includes("KUBE-"), `${backend} ${family}:\n${saved}`);
+        }
+      }
+      await cleanupIptables({ netns: k.ns }); // nothing left: a no-op
+    });
+  },
+});
+
+Deno.test("afterFirstApply() runs its follow-up once, after the first successful apply", async () => {
+  const calls: string[] = [];
+  let fail = true;
+  const apply = afterFirstApply(
+    (script) => {
+      calls.push(`apply ${script}`);
+      return fail ? Promise.reject(new Error("refused")) : Promise.resolve();
+    },
+    () => {
+      calls.push("then");
+      return Promise.reject(new Error("cannot"));
+    },
+    (err) => calls.push(`error ${(err as Error).message}`),
+  );
+  await assert.rejects(apply("a"), /refused/);
+  fail = false;
+  await apply("b");
+  await apply("c");
+  assert.deepEqual(calls, ["apply a", "apply b", "then", "error cannot", "apply c"]);
+});
+
+Deno.test("readConntrackTCPLiberal() reads the sysctl, and false when it cannot", async () => {
+  const file = await Deno.makeTempFile();
+  try {
+    await Deno.writeTextFile(file, "1\n");
+    assert.equal(await readConntrackTCPLiberal(file), true);
+    await Deno.writeTextFile(file, "0\n");
+    assert.equal(await readConntrackTCPLiberal(file), false);
+  } finally {
+    await Deno.remove(file);
+  }
+  assert.equal(await readConntrackTCPLiberal("/nonexistent/knp"), false);
+});
