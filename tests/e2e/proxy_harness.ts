@@ -1,6 +1,7 @@
 /**
- * Runs the real proxy (`main.ts`, file source) inside a topology's node namespace, with a
- * cluster file the test can rewrite, and waits for its syncs.
+ * Runs the real proxy (`main.ts`) inside a topology's node namespace and waits for its syncs:
+ * {@link startProxy} with a cluster file the test can rewrite (`--from-file`), and
+ * {@link startDaemon} with any command line (e.g. against a test API server).
  *
  * The Deno binary and every npm dependency are resolved in the machine's namespace first
  * (`deno cache`), then the proxy runs with `--cached-only`: a process inside a namespace cannot
@@ -63,40 +64,26 @@ export async function startProxy(
   objects: readonly RawObject[],
   options: StartProxyOptions = {},
 ): Promise<RunningProxy> {
-  await cacheProxyDependencies();
   const dir = await Deno.makeTempDir({ prefix: "knp-e2e-" });
   const file = `${dir}/cluster.yaml`;
   await Deno.writeTextFile(file, stringify(objects));
-  const process = topo.startProcess(topo.node.ns, [
-    Deno.execPath(),
-    "run",
-    "--cached-only",
-    "-A",
-    MAIN,
-    `--from-file=${file}`,
-    `--hostname-override=${NODE_NAME}`,
-    `--cluster-cidr=${POD_CIDR_V4},${POD_CIDR_V6}`,
-    "--nftables-min-sync-period=50ms",
-    "-v=2",
-    ...(options.args ?? []),
-  ], { env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" } });
-  const syncs = () => process.output().match(/ synced /g)?.length ?? 0;
-  const waitForSync = async (after: number) => {
-    const deadline = Date.now() + 15_000;
-    while (syncs() <= after) {
-      if (Date.now() > deadline) {
-        throw new Error(`the proxy did not sync within 15 s; its log:\n${process.output()}`);
-      }
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  };
+  let daemon: RunningDaemon;
   try {
-    await waitForSync(0);
+    daemon = await startDaemon(topo, {
+      args: [
+        `--from-file=${file}`,
+        `--hostname-override=${NODE_NAME}`,
+        `--cluster-cidr=${POD_CIDR_V4},${POD_CIDR_V6}`,
+        "--nftables-min-sync-period=50ms",
+        "-v=2",
+        ...(options.args ?? []),
+      ],
+    });
   } catch (err) {
-    await process.stop();
     await Deno.remove(dir, { recursive: true });
     throw err;
   }
+  const { process, syncs, waitForSync } = daemon;
   return {
     process,
     file,
@@ -110,5 +97,76 @@ export async function startProxy(
       await process.stop();
       await Deno.remove(dir, { recursive: true });
     },
+  };
+}
+
+/** A proxy daemon started by {@link startDaemon}. */
+export interface RunningDaemon {
+  readonly process: ManagedProcess;
+  /** How many syncs that changed the kernel it has logged (needs `-v=1` or more). */
+  syncs(): number;
+  /** Waits until more than `after` syncs were logged; throws after `timeoutMs` (default 15 000). */
+  waitForSync(after: number, timeoutMs?: number): Promise<void>;
+  /** The proxy's log so far. */
+  output(): string;
+  /** SIGTERM, then SIGKILL after `graceMs` (default 1000); resolves with the exit status. */
+  stop(graceMs?: number): Promise<Deno.CommandStatus>;
+}
+
+/** Options of {@link startDaemon}. */
+export interface StartDaemonOptions {
+  /** The whole command line after `main.ts`; include `-v=1` or more to see syncs. */
+  args: string[];
+  /** Extra environment variables (e.g. `KUBE_NFTPROXY_NFT`). */
+  env?: Record<string, string>;
+  /** Wait for the first logged sync before returning. Default true. */
+  waitForFirstSync?: boolean;
+}
+
+/**
+ * Starts `main.ts` with `options.args` in the node namespace (dependencies cached first, run
+ * with `--cached-only`) and, by default, waits for its first sync.
+ *
+ * @example
+ * ```ts
+ * const daemon = await startDaemon(topo, { args: ["--kubeconfig=/tmp/k", "--hostname-override=node-a", "-v=2"] });
+ * ```
+ */
+export async function startDaemon(
+  topo: Topology,
+  options: StartDaemonOptions,
+): Promise<RunningDaemon> {
+  await cacheProxyDependencies();
+  const process = topo.startProcess(
+    topo.node.ns,
+    [Deno.execPath(), "run", "--cached-only", "-A", MAIN, ...options.args],
+    { env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1", ...options.env } },
+  );
+  const syncs = () => process.output().match(/ synced /g)?.length ?? 0;
+  const waitForSync = async (after: number, timeoutMs = 15_000) => {
+    const deadline = Date.now() + timeoutMs;
+    while (syncs() <= after) {
+      if (Date.now() > deadline) {
+        throw new Error(
+          `the proxy did not sync within ${timeoutMs} ms; its log:\n${process.output()}`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
+  if (options.waitForFirstSync ?? true) {
+    try {
+      await waitForSync(0);
+    } catch (err) {
+      await process.stop();
+      throw err;
+    }
+  }
+  return {
+    process,
+    syncs,
+    waitForSync,
+    output: () => process.output(),
+    stop: (graceMs) => process.stop(graceMs),
   };
 }
