@@ -48,6 +48,20 @@ export class OwnedIndex<T> {
     return this.#entries.has(id);
   }
 
+  /** Whether more than one owner wants the id. */
+  isShared(id: string): boolean {
+    return (this.#entries.get(id)?.others?.size ?? 0) > 0;
+  }
+
+  /** Every owner's value for an id, the one in force first (empty when nobody owns it). */
+  valuesOf(id: string): T[] {
+    const entry = this.#entries.get(id);
+    if (entry === undefined) return [];
+    const values = [entry.value];
+    for (const value of entry.others?.values() ?? []) values.push(value);
+    return values;
+  }
+
   /** Adds (or updates, keeping its place) an owner's value. */
   add(id: string, owner: string, value: T): void {
     const entry = this.#entries.get(id);
@@ -92,6 +106,30 @@ export class OwnedIndex<T> {
     }
     for (const value of added.values()) return value;
     return undefined;
+  }
+
+  /**
+   * Every owner's value after `changes`, in the order {@link apply} leaves them (the one in
+   * force first), without applying them.
+   */
+  valuesAfter(id: string, changes: OwnerChanges<T>): T[] {
+    const { removed, added } = changes;
+    const values: T[] = [];
+    const entry = this.#entries.get(id);
+    if (entry !== undefined) {
+      const keep = (owner: string, value: T) => {
+        if (added.has(owner)) values.push(added.get(owner)!);
+        else if (!removed.has(owner)) values.push(value);
+      };
+      keep(entry.owner, entry.value);
+      for (const [owner, value] of entry.others ?? []) keep(owner, value);
+    }
+    for (const [owner, value] of added) {
+      if (entry === undefined || (entry.owner !== owner && !entry.others?.has(owner))) {
+        values.push(value);
+      }
+    }
+    return values;
   }
 
   /** Applies changes computed for {@link after}. */

@@ -77,12 +77,44 @@ export interface Skeleton {
 }
 
 /**
+ * A service port's elements of one set, already formatted as a script writes them
+ * (`key comment "…" : value`), so a render allocates no object per element. `keys[i]` is the
+ * key of `lines[i]`; a key occurs at most once per fragment (a repeated key takes the later
+ * line, in the first place).
+ */
+export interface KeyedElements {
+  readonly set: string;
+  readonly entry?: undefined;
+  readonly keys: readonly string[];
+  readonly lines: readonly string[];
+}
+
+/**
+ * A service port's elements of one entry point (`addr . proto . port`) in an endpoint map, as
+ * one text: `count` formatted elements joined by `, ` (as an `add element` command lists them),
+ * element `i` having the key `<entry> . <i>`.
+ */
+export interface EntryElements {
+  readonly set: string;
+  readonly entry: string;
+  readonly count: number;
+  readonly text: string;
+}
+
+/** A service port's elements of one set, or of one entry point in an endpoint map. */
+export type ElementGroup = KeyedElements | EntryElements;
+
+/** Separates formatted elements in {@link EntryElements.text} (never inside an element). */
+export const ELEMENT_SEPARATOR = ", ";
+
+/**
  * What one service port adds: chains (name → rules) and elements. Chains and elements may be
  * shared with other service ports (balancers, hairpin entries); the syncer counts owners.
  */
 export interface Fragment {
   readonly chains: ReadonlyMap<string, readonly string[]>;
-  readonly elements: readonly ElementDef[];
+  /** Element groups in the order of their first element. */
+  readonly elements: readonly ElementGroup[];
   /** Per-service sets (only IPv6 ClientIP affinity has them). */
   readonly sets?: ReadonlyMap<string, SetDef>;
 }
@@ -360,21 +392,37 @@ export function renderServicePort(
   return r.build();
 }
 
+/** A group being filled; entry-point groups become {@link EntryElements} when built. */
+interface OpenGroup {
+  readonly set: string;
+  readonly entry?: string;
+  /** Shared by every entry-point group, which never adds keys. */
+  readonly keys: string[];
+  /** The same array as `keys` while every line is its key (hairpin entries). */
+  lines: string[];
+}
+
+/** The (empty) keys of every entry-point group. */
+const NO_KEYS: string[] = [];
+
 /** Accumulates one service port's chains and elements. */
 class FragmentBuilder {
   readonly chains = new Map<string, readonly string[]>();
-  readonly elements: ElementDef[] = [];
-  readonly #sets = new Map<string, SetDef>();
+  readonly elements: OpenGroup[] = [];
+  #sets: Map<string, SetDef> | undefined;
   readonly proto: NftProtocol;
   readonly #port: ServicePort;
   readonly #options: NftRenderOptions;
   readonly #comment: string;
+  /** `comment "…"` as an element carries it (with its leading space), or nothing. */
+  readonly #commentText: string;
 
   constructor(port: ServicePort, options: NftRenderOptions) {
     this.#port = port;
     this.#options = options;
     this.proto = port.name.protocol.toLowerCase() as NftProtocol;
     this.#comment = serviceComment(port.name);
+    this.#commentText = this.#comment ? ` comment "${this.#comment}"` : "";
   }
 
   serviceKey(entry: Entry): string {
@@ -382,21 +430,57 @@ class FragmentBuilder {
   }
 
   element(set: string, key: string, value?: string): void {
-    this.elements.push({ set, key, value, comment: this.#comment });
+    const line = value === undefined
+      ? `${key}${this.#commentText}`
+      : `${key}${this.#commentText} : ${value}`;
+    this.#keyed(set, key, line);
+  }
+
+  /** Adds a line to the set's group; a key already there takes the new line in its place. */
+  #keyed(set: string, key: string, line: string): void {
+    let group: OpenGroup | undefined;
+    for (const g of this.elements) {
+      if (g.set === set && g.entry === undefined) {
+        group = g;
+        break;
+      }
+    }
+    if (group === undefined) {
+      // Without a comment or value the line is the key: one array serves as both.
+      const keys = [key];
+      this.elements.push({ set, keys, lines: line === key ? keys : [line] });
+      return;
+    }
+    if (group.keys === group.lines && line !== key) group.lines = [...group.keys];
+    const at = group.keys.indexOf(key);
+    if (at >= 0) group.lines[at] = line;
+    else if (group.keys === group.lines) group.keys.push(key);
+    else {
+      group.keys.push(key);
+      group.lines.push(line);
+    }
   }
 
   /** The endpoints of one entry point in the cluster or local map, plus hairpin entries. */
   endpoints(entry: Entry, endpoints: readonly Endpoint[], local: boolean): void {
     const map = endpointMapName(local, this.proto);
     const key = this.serviceKey(entry);
-    endpoints.forEach((ep, i) => {
-      this.element(map, `${key} . ${i}`, `${ep.ip} . ${ep.port}`);
-      // Only a local endpoint can be a hairpin: a pod's service traffic is DNATed on its own
-      // node. (A set entry per endpoint cluster-wide cost ~0.8 s of a 10k-service cold start.)
-      if (ep.isLocal) {
-        this.elements.push({ set: NAMES.hairpinEndpoints, key: `${ep.ip} . ${ep.ip}` });
-      }
-    });
+    if (endpoints.length > 0) {
+      const lines = this.#entryLines(map, key);
+      const prefix = `${key} . `;
+      const comment = this.#commentText;
+      endpoints.forEach((ep, i) => {
+        const line = `${prefix}${i}${comment} : ${ep.ip} . ${ep.port}`;
+        if (i < lines.length) lines[i] = line;
+        else lines.push(line);
+        // Only a local endpoint can be a hairpin: a pod's service traffic is DNATed on its own
+        // node. (A set entry per endpoint cluster-wide cost ~0.8 s of a 10k-service cold start.)
+        if (ep.isLocal) {
+          const pair = `${ep.ip} . ${ep.ip}`;
+          this.#keyed(NAMES.hairpinEndpoints, pair, pair);
+        }
+      });
+    }
     const affinity = this.#port.sessionAffinity;
     if (affinity !== null && this.#options.family === "ip") {
       const recorder = affinityChainName(affinity.timeoutSeconds);
@@ -443,7 +527,7 @@ class FragmentBuilder {
       const id = formatEndpoint(ep);
       const set = serviceChainName("affinity", spn, id);
       const chain = serviceChainName("endpoint", spn, id);
-      this.#sets.set(set, {
+      (this.#sets ??= new Map()).set(set, {
         kind: "set",
         name: set,
         type: "type ipv6_addr",
@@ -494,8 +578,28 @@ class FragmentBuilder {
     return name;
   }
 
+  /** The lines of an entry point's group in an endpoint map (a new group when it has none). */
+  #entryLines(map: string, entry: string): string[] {
+    for (const g of this.elements) {
+      if (g.set === map && g.entry === entry) return g.lines;
+    }
+    const lines: string[] = [];
+    this.elements.push({ set: map, entry, keys: NO_KEYS, lines });
+    return lines;
+  }
+
   build(): Fragment {
-    return { chains: this.chains, elements: this.elements, sets: this.#sets };
+    const elements = this.elements.map((g): ElementGroup =>
+      g.entry === undefined ? g as KeyedElements : {
+        set: g.set,
+        entry: g.entry,
+        count: g.lines.length,
+        text: g.lines.join(ELEMENT_SEPARATOR),
+      }
+    );
+    return this.#sets === undefined
+      ? { chains: this.chains, elements }
+      : { chains: this.chains, elements, sets: this.#sets };
   }
 }
 

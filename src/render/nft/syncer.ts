@@ -14,18 +14,26 @@
  * owners disagree, so a script never adds a key twice. A chain is created when its first owner
  * appears and deleted, last in the transaction, when its last owner goes.
  *
+ * Elements stay the formatted lines the ruleset rendered. Owners are counted per key, except in
+ * the endpoint maps (nine in ten elements): there per entry point (`addr . proto . port`), whose
+ * elements `entry . 0`, `entry . 1`, … are in force as if counted per key — index `i` from the
+ * first owner that has an `i`-th endpoint — so a render keeps no object per element.
+ *
  * @module
  */
 import type { Endpoint } from "../../model/endpoint.ts";
 import type { ServicePort } from "../../model/service_port.ts";
 import {
+  ELEMENT_SEPARATOR,
+  type ElementGroup,
+  type EntryElements,
   type Fragment,
   type NftRenderOptions,
   renderServicePort,
   renderSkeleton,
   type Skeleton,
 } from "./ruleset.ts";
-import { type ElementDef, type SetDef, Transaction } from "./transaction.ts";
+import { type ElementDef, type ElementRun, type SetDef, Transaction } from "./transaction.ts";
 import { OwnedIndex, type OwnerChanges } from "./owned_index.ts";
 import { NAMES } from "./names.ts";
 
@@ -57,14 +65,21 @@ export interface SyncPlan {
 
 const TABLE_COMMENT = "rules for kube-nftproxy";
 
+/** Owners of the elements of every set, by set name. */
+interface ElementIndex {
+  /** Per key: the owners' lines. */
+  readonly keyed: Map<string, OwnedIndex<string>>;
+  /** Endpoint maps, per entry point: the owners' elements. */
+  readonly entries: Map<string, OwnedIndex<EntryElements>>;
+}
+
 interface Applied {
   readonly optionsKey: string;
   readonly skeleton: Skeleton;
   readonly fragments: Map<string, Fragment>;
   readonly sets: OwnedIndex<SetDef>;
   readonly chains: OwnedIndex<readonly string[]>;
-  /** Element owners per set name, keyed by element key. */
-  readonly elements: Map<string, OwnedIndex<ElementDef>>;
+  readonly elements: ElementIndex;
 }
 
 /** Plans the transactions of one nft family. */
@@ -85,13 +100,16 @@ export class NftSyncer {
     const targets = new Map<string, Set<string>>();
     const applied = this.#applied;
     if (applied === null) return targets;
-    for (const [key] of applied.elements.get(NAMES.affinityServices)?.active() ?? []) {
+    for (const [key] of applied.elements.keyed.get(NAMES.affinityServices)?.active() ?? []) {
       targets.set(key, new Set());
     }
-    for (const [set, index] of applied.elements) {
-      if (!/-endpoints-/.test(set)) continue;
-      for (const [key, e] of index.active()) {
-        if (e.value !== undefined) targets.get(key.slice(0, key.lastIndexOf(" . ")))?.add(e.value);
+    for (const index of applied.elements.entries.values()) {
+      for (const [entry] of index.active()) {
+        const endpoints = targets.get(entry);
+        if (endpoints === undefined) continue;
+        for (const line of inForce(index.valuesOf(entry))) {
+          endpoints.add(line.slice(line.lastIndexOf(" : ") + 3));
+        }
       }
     }
     return targets;
@@ -119,11 +137,32 @@ export class NftSyncer {
     }
     const sets = new OwnedIndex<SetDef>();
     const chains = new OwnedIndex<readonly string[]>();
-    const elements = new Map<string, OwnedIndex<ElementDef>>();
+    const elements: ElementIndex = { keyed: new Map(), entries: new Map() };
+    /** Set names in the order of their first element. */
+    const order: string[] = [];
     for (const [owner, fragment] of fragments) {
-      for (const [name, set] of fragment.sets ?? []) sets.add(name, owner, set);
+      if (fragment.sets !== undefined) {
+        for (const [name, set] of fragment.sets) sets.add(name, owner, set);
+      }
       for (const [name, rules] of fragment.chains) chains.add(name, owner, rules);
-      for (const e of fragment.elements) indexOf(elements, e.set).add(e.key, owner, e);
+      for (const group of fragment.elements) {
+        if (group.entry !== undefined) {
+          let index = elements.entries.get(group.set);
+          if (index === undefined) {
+            elements.entries.set(group.set, index = new OwnedIndex());
+            order.push(group.set);
+          }
+          index.add(group.entry, owner, group);
+          continue;
+        }
+        let index = elements.keyed.get(group.set);
+        if (index === undefined) {
+          elements.keyed.set(group.set, index = new OwnedIndex());
+          order.push(group.set);
+        }
+        const { keys, lines } = group;
+        for (let i = 0; i < keys.length; i++) index.add(keys[i], owner, lines[i]);
+      }
     }
 
     for (const set of [...skeleton.sets, ...[...sets.active()].map(([, set]) => set)]) {
@@ -141,7 +180,25 @@ export class NftSyncer {
     for (const { def, rules } of skeleton.chains) rules.forEach((r) => tx.addRule(def.name, r));
     for (const [name, rules] of chains.active()) rules.forEach((r) => tx.addRule(name, r));
     if (skeleton.elements.length > 0) addElements(tx, skeleton.elements);
-    for (const [set, index] of elements) tx.addElements(set, [...index.active()].map(([, e]) => e));
+    for (const set of order) {
+      const keyed = elements.keyed.get(set);
+      if (keyed !== undefined) {
+        const lines: string[] = [];
+        for (const [, line] of keyed.active()) lines.push(line);
+        tx.addElementLines(set, lines);
+        continue;
+      }
+      const index = elements.entries.get(set)!;
+      const runs: ElementRun[] = [];
+      for (const [entry, first] of index.active()) {
+        if (!index.isShared(entry)) runs.push(first);
+        else {
+          const lines = inForce(index.valuesOf(entry));
+          runs.push({ text: lines.join(ELEMENT_SEPARATOR), count: lines.length });
+        }
+      }
+      tx.addElementRuns(set, runs);
+    }
     if (previous !== null) {
       deleteChains(tx, [...previous.chains.active()].map(([n]) => n).filter((n) => !chains.has(n)));
       for (const [name, set] of previous.sets.active()) {
@@ -177,20 +234,15 @@ export class NftSyncer {
     // Record who stops and starts owning what; nothing is copied or changed until commit.
     const setChanges = new Changes<SetDef>();
     const chainChanges = new Changes<readonly string[]>();
-    const elementChanges = new Map<string, Changes<ElementDef>>();
-    const elementChangesOf = (set: string) => {
-      let changes = elementChanges.get(set);
-      if (changes === undefined) elementChanges.set(set, changes = new Changes());
-      return changes;
-    };
+    const elementChanges = new ElementChanges();
     for (const [owner, fragment] of replaced) {
       const before = applied.fragments.get(owner);
       for (const name of before?.sets?.keys() ?? []) setChanges.remove(name, owner);
       for (const name of before?.chains.keys() ?? []) chainChanges.remove(name, owner);
-      for (const e of before?.elements ?? []) elementChangesOf(e.set).remove(e.key, owner);
+      for (const group of before?.elements ?? []) elementChanges.remove(group, owner);
       for (const [name, set] of fragment?.sets ?? []) setChanges.add(name, owner, set);
       for (const [name, rules] of fragment?.chains ?? []) chainChanges.add(name, owner, rules);
-      for (const e of fragment?.elements ?? []) elementChangesOf(e.set).add(e.key, owner, e);
+      for (const group of fragment?.elements ?? []) elementChanges.add(group, owner);
     }
     // Sets and chains first (elements and rules may point at new ones); deletions last, after
     // the elements and rules that pointed at them are gone.
@@ -219,20 +271,40 @@ export class NftSyncer {
       if (applied.chains.has(name)) tx.flushChain(name);
       rules.forEach((r) => tx.addRule(name, r));
     }
-    const additions: ElementDef[] = [];
-    for (const [set, changes] of elementChanges) {
-      const index = applied.elements.get(set) ?? new OwnedIndex<ElementDef>();
+    const additions: [string, string[]][] = [];
+    for (const [set, changes] of elementChanges.bySet) {
       const removals: string[] = [];
-      for (const [key, change] of changes.byId) {
-        const before = index.get(key);
-        const after = index.after(key, change);
-        if (sameElement(before, after)) continue;
-        if (before) removals.push(before.key);
-        if (after) additions.push(after);
+      const added: string[] = [];
+      if (changes.entries) {
+        const index = applied.elements.entries.get(set) ?? new OwnedIndex();
+        // Changed and removed indexes of every entry point first, then the new ones, as a
+        // change counted per key lists them.
+        const grown: string[] = [];
+        for (const [entry, change] of changes.byId) {
+          const before = inForce(index.valuesOf(entry));
+          const after = inForce(index.valuesAfter(entry, change));
+          for (let i = 0; i < before.length; i++) {
+            if (i < after.length && after[i] === before[i]) continue;
+            removals.push(`${entry} . ${i}`);
+            if (i < after.length) added.push(after[i]);
+          }
+          for (let i = before.length; i < after.length; i++) grown.push(after[i]);
+        }
+        added.push(...grown);
+      } else {
+        const index = applied.elements.keyed.get(set) ?? new OwnedIndex();
+        for (const [key, change] of changes.byId) {
+          const before = index.get(key);
+          const after = index.after(key, change);
+          if (before === after) continue;
+          if (before !== undefined) removals.push(key);
+          if (after !== undefined) added.push(after);
+        }
       }
       if (removals.length > 0) tx.deleteElements(set, removals);
+      if (added.length > 0) additions.push([set, added]);
     }
-    addElements(tx, additions);
+    for (const [set, lines] of additions) tx.addElementLines(set, lines);
     deleteChains(tx, deletedChains);
     deletedSets.forEach((set) => tx.deleteSet(set.kind, set.name));
     return {
@@ -246,9 +318,7 @@ export class NftSyncer {
         }
         setChanges.applyTo(applied.sets);
         chainChanges.applyTo(applied.chains);
-        for (const [set, changes] of elementChanges) {
-          changes.applyTo(indexOf(applied.elements, set));
-        }
+        elementChanges.applyTo(applied.elements);
       },
     };
   }
@@ -279,13 +349,74 @@ class Changes<T> {
   }
 }
 
-function indexOf(
-  elements: Map<string, OwnedIndex<ElementDef>>,
-  set: string,
-): OwnedIndex<ElementDef> {
-  let index = elements.get(set);
-  if (index === undefined) elements.set(set, index = new OwnedIndex());
+/** Changes of one set's elements: per key, or per entry point in an endpoint map. */
+type SetChanges =
+  | { readonly entries: false; readonly byId: Map<string, OwnerChanges<string>> }
+  | { readonly entries: true; readonly byId: Map<string, OwnerChanges<EntryElements>> };
+
+/** Element ownership changes of a partial plan, by set in the order they were first touched. */
+class ElementChanges {
+  readonly bySet = new Map<string, SetChanges>();
+  readonly #keyed = new Map<string, Changes<string>>();
+  readonly #entries = new Map<string, Changes<EntryElements>>();
+
+  remove(group: ElementGroup, owner: string): void {
+    if (group.entry !== undefined) this.#entriesOf(group.set).remove(group.entry, owner);
+    else {
+      const changes = this.#keyedOf(group.set);
+      for (const key of group.keys) changes.remove(key, owner);
+    }
+  }
+
+  add(group: ElementGroup, owner: string): void {
+    if (group.entry !== undefined) this.#entriesOf(group.set).add(group.entry, owner, group);
+    else {
+      const changes = this.#keyedOf(group.set);
+      group.keys.forEach((key, i) => changes.add(key, owner, group.lines[i]));
+    }
+  }
+
+  applyTo(elements: ElementIndex): void {
+    for (const [set, changes] of this.#keyed) changes.applyTo(indexOf(elements.keyed, set));
+    for (const [set, changes] of this.#entries) changes.applyTo(indexOf(elements.entries, set));
+  }
+
+  #keyedOf(set: string): Changes<string> {
+    let changes = this.#keyed.get(set);
+    if (changes === undefined) {
+      this.#keyed.set(set, changes = new Changes());
+      this.bySet.set(set, { entries: false, byId: changes.byId });
+    }
+    return changes;
+  }
+
+  #entriesOf(set: string): Changes<EntryElements> {
+    let changes = this.#entries.get(set);
+    if (changes === undefined) {
+      this.#entries.set(set, changes = new Changes());
+      this.bySet.set(set, { entries: true, byId: changes.byId });
+    }
+    return changes;
+  }
+}
+
+function indexOf<T>(indexes: Map<string, OwnedIndex<T>>, set: string): OwnedIndex<T> {
+  let index = indexes.get(set);
+  if (index === undefined) indexes.set(set, index = new OwnedIndex());
   return index;
+}
+
+/**
+ * The elements in force for one entry point, given every owner's (the first owner's first):
+ * element `i` of the first owner that has one, as if each key were owned on its own.
+ */
+function inForce(owners: readonly EntryElements[]): readonly string[] {
+  const all = owners.map((o) => o.text.split(ELEMENT_SEPARATOR));
+  if (all.length <= 1) return all[0] ?? [];
+  const longest = Math.max(...all.map((lines) => lines.length));
+  const lines: string[] = [];
+  for (let i = 0; i < longest; i++) lines.push(all.find((o) => i < o.length)![i]);
+  return lines;
 }
 
 /** Adds elements grouped by set. */
@@ -305,25 +436,34 @@ function deleteChains(tx: Transaction, names: readonly string[]): void {
   names.forEach((name) => tx.deleteChain(name));
 }
 
-function sameElement(a: ElementDef | undefined, b: ElementDef | undefined): boolean {
-  if (a === undefined || b === undefined) return a === b;
-  return a.value === b.value && a.comment === b.comment;
-}
-
 function sameRules(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((r, i) => r === b[i]);
+}
+
+function sameSet(a: SetDef, b: SetDef): boolean {
+  return a.kind === b.kind && a.name === b.name && a.type === b.type &&
+    sameRules(a.flags ?? [], b.flags ?? []) && a.timeoutSeconds === b.timeoutSeconds &&
+    a.size === b.size && a.dynamic === b.dynamic && a.comment === b.comment;
 }
 
 function sameFragment(a: Fragment | null, b: Fragment | null): boolean {
   if (a === null || b === null) return a === b;
   if (a.elements.length !== b.elements.length || a.chains.size !== b.chains.size) return false;
-  if (JSON.stringify([...a.sets ?? []]) !== JSON.stringify([...b.sets ?? []])) return false;
+  if ((a.sets?.size ?? 0) !== (b.sets?.size ?? 0)) return false;
+  for (const [name, set] of a.sets ?? []) {
+    const other = b.sets?.get(name);
+    if (other === undefined || !sameSet(set, other)) return false;
+  }
   for (const [name, rules] of a.chains) {
     const other = b.chains.get(name);
     if (other === undefined || !sameRules(rules, other)) return false;
   }
-  return a.elements.every((e, i) => {
+  return a.elements.every((g, i) => {
     const o = b.elements[i];
-    return e.set === o.set && e.key === o.key && e.value === o.value && e.comment === o.comment;
+    if (g.set !== o.set || g.entry !== o.entry) return false;
+    if (g.entry !== undefined) {
+      return o.entry !== undefined && g.count === o.count && g.text === o.text;
+    }
+    return o.entry === undefined && sameRules(g.keys, o.keys) && sameRules(g.lines, o.lines);
   });
 }

@@ -268,3 +268,84 @@ Deno.test({
       await k.load(partial);
     }),
 });
+
+/**
+ * The elements a table holds after `scripts` ran in order (`family set key` → the rest of the
+ * element), failing on a key added twice or deleted while absent: nft would reject either.
+ */
+function elementsAfter(scripts: readonly string[]): Map<string, string> {
+  const table = new Map<string, string>();
+  for (const line of scripts.join("").split("\n")) {
+    const dropped = /^delete table (ip6?) /.exec(line);
+    if (dropped) {
+      for (const id of [...table.keys()]) if (id.startsWith(`${dropped[1]} `)) table.delete(id);
+    }
+    const flush = /^flush (?:set|map) (ip6?) \S+ (\S+)$/.exec(line);
+    if (flush) {
+      for (const id of [...table.keys()]) {
+        if (id.startsWith(`${flush[1]} ${flush[2]} `)) table.delete(id);
+      }
+    }
+    const m = /^(add|delete) element (ip6?) \S+ (\S+) \{ (.*) \}$/.exec(line);
+    if (!m) continue;
+    for (const item of m[4].split(", ")) {
+      const cut = item.search(/ comment "| : /);
+      const key = cut < 0 ? item : item.slice(0, cut);
+      const id = `${m[2]} ${m[3]} ${key}`;
+      if (m[1] === "add") {
+        assert.ok(!table.has(id), `${id} added twice`);
+        table.set(id, item.slice(key.length));
+      } else {
+        assert.ok(table.delete(id), `${id} deleted while absent`);
+      }
+    }
+  }
+  return table;
+}
+
+Deno.test("NftPlanner gives two services claiming one entry point each endpoint index once, and partial syncs end where a full sync does", () => {
+  const state = new ProxyState({ hostname: "node-a", log: () => {} });
+  const shared = (name: string) => service({ name, clusterIPs: ["10.96.0.70"] });
+  const slice = (name: string, ips: string[]) =>
+    endpointSlice({ name: `${name}-1`, service: name, endpoints: ips });
+  state.onEvent({ kind: "Service", current: shared("a") });
+  state.onEvent({ kind: "EndpointSlice", current: slice("a", ["10.244.1.21", "10.244.1.22"]) });
+  state.onEvent({ kind: "Service", current: shared("b") });
+  state.onEvent({
+    kind: "EndpointSlice",
+    current: slice("b", ["10.244.1.31", "10.244.1.32", "10.244.1.33"]),
+  });
+  const planner = new NftPlanner(config);
+  const scripts = [sync(state, planner, true)];
+  const fresh = () => elementsAfter([sync(state, new NftPlanner(config), true)]);
+  const endpoints = (table: Map<string, string>) =>
+    [...table].filter(([id]) => id.startsWith("ip cluster-endpoints-tcp 10.96.0.70 "));
+  assert.deepEqual(endpoints(elementsAfter(scripts)), [
+    [
+      "ip cluster-endpoints-tcp 10.96.0.70 . tcp . 80 . 0",
+      ' comment "default/a:http" : 10.244.1.21 . 8080',
+    ],
+    [
+      "ip cluster-endpoints-tcp 10.96.0.70 . tcp . 80 . 1",
+      ' comment "default/a:http" : 10.244.1.22 . 8080',
+    ],
+    [
+      "ip cluster-endpoints-tcp 10.96.0.70 . tcp . 80 . 2",
+      ' comment "default/b:http" : 10.244.1.33 . 8080',
+    ],
+  ], "a's endpoints first; b's third index fills in, as if each key were owned on its own");
+
+  state.onEvent({ kind: "Service", previous: shared("a") });
+  scripts.push(sync(state, planner));
+  assert.deepEqual(elementsAfter(scripts), fresh(), "b takes over every index when a goes");
+
+  state.onEvent({ kind: "Service", current: shared("a") });
+  state.onEvent({
+    kind: "EndpointSlice",
+    previous: slice("b", ["10.244.1.31", "10.244.1.32", "10.244.1.33"]),
+    current: slice("b", ["10.244.1.31"]),
+  });
+  scripts.push(sync(state, planner));
+  assert.deepEqual(elementsAfter(scripts), fresh(), "b keeps index 0, a's second endpoint stays");
+  assert.equal(endpoints(elementsAfter(scripts)).length, 2);
+});

@@ -51,12 +51,20 @@ export interface ElementDef {
   readonly comment?: string;
 }
 
+/** `count` formatted elements (`key comment "…" : value`) joined by `, `. */
+export interface ElementRun {
+  readonly text: string;
+  readonly count: number;
+}
+
 /** How many elements go into one `add element` command. */
 const ELEMENTS_PER_COMMAND = 1000;
 
 /** Accumulates the commands of one transaction for one table. */
 export class Transaction {
-  readonly #lines: string[] = [];
+  /** The script's text in pieces, joined once (each command ends in a newline). */
+  readonly #parts: string[] = [];
+  #commands = 0;
   readonly #prefix: string;
 
   constructor(family: NftFamily, table: string) {
@@ -65,18 +73,18 @@ export class Transaction {
 
   /** Number of commands so far. */
   get size(): number {
-    return this.#lines.length;
+    return this.#commands;
   }
 
   /** `add table` (idempotent), with an optional comment. */
   addTable(comment?: string): this {
-    this.#lines.push(`add table ${this.#prefix}${comment ? ` { comment "${comment}"; }` : ""}`);
+    this.#command(`add table ${this.#prefix}${comment ? ` { comment "${comment}"; }` : ""}`);
     return this;
   }
 
   /** `delete table` (the table must exist: add it first). */
   deleteTable(): this {
-    this.#lines.push(`delete table ${this.#prefix}`);
+    this.#command(`delete table ${this.#prefix}`);
     return this;
   }
 
@@ -88,7 +96,7 @@ export class Transaction {
       parts.push(`type ${type} hook ${hook} priority ${priority}; policy accept;`);
     }
     if (chain.comment) parts.push(`comment "${chain.comment}";`);
-    this.#lines.push(
+    this.#command(
       `add chain ${this.#prefix} ${chain.name}${parts.length ? ` { ${parts.join(" ")} }` : ""}`,
     );
     return this;
@@ -96,19 +104,19 @@ export class Transaction {
 
   /** `flush chain`: removes every rule of the chain. */
   flushChain(name: string): this {
-    this.#lines.push(`flush chain ${this.#prefix} ${name}`);
+    this.#command(`flush chain ${this.#prefix} ${name}`);
     return this;
   }
 
   /** `delete chain` (the chain must have no rules and no references left). */
   deleteChain(name: string): this {
-    this.#lines.push(`delete chain ${this.#prefix} ${name}`);
+    this.#command(`delete chain ${this.#prefix} ${name}`);
     return this;
   }
 
   /** `add rule` with a body in plain nft syntax. */
   addRule(chain: string, body: string): this {
-    this.#lines.push(`add rule ${this.#prefix} ${chain} ${body}`);
+    this.#command(`add rule ${this.#prefix} ${chain} ${body}`);
     return this;
   }
 
@@ -119,25 +127,68 @@ export class Transaction {
     if (set.timeoutSeconds !== undefined) parts.push(`timeout ${set.timeoutSeconds}s;`);
     if (set.size !== undefined) parts.push(`size ${set.size};`);
     if (set.comment) parts.push(`comment "${set.comment}";`);
-    this.#lines.push(`add ${set.kind} ${this.#prefix} ${set.name} { ${parts.join(" ")} }`);
+    this.#command(`add ${set.kind} ${this.#prefix} ${set.name} { ${parts.join(" ")} }`);
     return this;
   }
 
   /** `delete set` / `delete map` (no rule may refer to it any more). */
   deleteSet(kind: "set" | "map", name: string): this {
-    this.#lines.push(`delete ${kind} ${this.#prefix} ${name}`);
+    this.#command(`delete ${kind} ${this.#prefix} ${name}`);
     return this;
   }
 
   /** `flush set` / `flush map`: removes every element. */
   flushSet(kind: "set" | "map", name: string): this {
-    this.#lines.push(`flush ${kind} ${this.#prefix} ${name}`);
+    this.#command(`flush ${kind} ${this.#prefix} ${name}`);
     return this;
   }
 
   /** `add element` commands for elements of one set, in batches. */
   addElements(set: string, elements: readonly ElementDef[]): this {
     return this.#elements("add", set, elements.map(formatElement));
+  }
+
+  /**
+   * `add element` commands for elements of one set already formatted as the script writes
+   * them (`key comment "…" : value`), in batches.
+   */
+  addElementLines(set: string, lines: readonly string[]): this {
+    return this.#elements("add", set, lines);
+  }
+
+  /**
+   * `add element` commands for runs of formatted elements of one set, each run `count`
+   * elements joined by `, `: the same commands as {@link addElementLines} with the runs' elements,
+   * a run split where a batch ends.
+   */
+  addElementRuns(set: string, runs: readonly ElementRun[]): this {
+    const parts = this.#parts;
+    let size = 0;
+    for (const run of runs) {
+      let { text, count } = run;
+      while (size + count > ELEMENTS_PER_COMMAND) {
+        // The run goes on in the next command: cut it after the element that fills this one.
+        const take = ELEMENTS_PER_COMMAND - size;
+        let cut = -2;
+        for (let i = 0; i < take; i++) cut = text.indexOf(", ", cut + 2);
+        if (size === 0) this.#open("add", set);
+        else parts.push(", ");
+        parts.push(text.slice(0, cut), " }\n");
+        size = 0;
+        text = text.slice(cut + 2);
+        count -= take;
+      }
+      if (size === 0) this.#open("add", set);
+      else parts.push(", ");
+      parts.push(text);
+      size += count;
+      if (size === ELEMENTS_PER_COMMAND) {
+        parts.push(" }\n");
+        size = 0;
+      }
+    }
+    if (size > 0) parts.push(" }\n");
+    return this;
   }
 
   /** `delete element` commands for the given keys of one set, in batches. */
@@ -147,15 +198,31 @@ export class Transaction {
 
   #elements(verb: string, set: string, items: readonly string[]): this {
     for (let i = 0; i < items.length; i += ELEMENTS_PER_COMMAND) {
-      const batch = items.slice(i, i + ELEMENTS_PER_COMMAND).join(", ");
-      this.#lines.push(`${verb} element ${this.#prefix} ${set} { ${batch} }`);
+      this.#open(verb, set);
+      const end = Math.min(i + ELEMENTS_PER_COMMAND, items.length);
+      for (let j = i; j < end; j++) {
+        if (j > i) this.#parts.push(", ");
+        this.#parts.push(items[j]);
+      }
+      this.#parts.push(" }\n");
     }
     return this;
   }
 
+  /** Starts an element command; the caller adds the elements and ` }\n`. */
+  #open(verb: string, set: string): void {
+    this.#commands++;
+    this.#parts.push(`${verb} element ${this.#prefix} ${set} { `);
+  }
+
+  #command(text: string): void {
+    this.#commands++;
+    this.#parts.push(text, "\n");
+  }
+
   /** The script: one command per line, ending in a newline (empty when there are none). */
   toString(): string {
-    return this.#lines.length === 0 ? "" : `${this.#lines.join("\n")}\n`;
+    return this.#parts.join("");
   }
 }
 
