@@ -22,6 +22,8 @@ import { runConntrackCleanup } from "./src/apply/conntrack.ts";
 import { applyNft, deleteTables } from "./src/apply/nft.ts";
 import { createLogger } from "./src/log.ts";
 import { NftPlanner } from "./src/render/nft/planner.ts";
+import { cleanStaleAffinity } from "./src/apply/affinity.ts";
+import { localInterfaceAddresses } from "./src/server/health_check_ports.ts";
 import { runProxy } from "./src/runner/proxy.ts";
 import { ApiConfigError, ApiSource } from "./src/source/api_source.ts";
 import { FileSource } from "./src/source/file_source.ts";
@@ -66,6 +68,7 @@ export async function main(args: readonly string[]): Promise<number> {
   }
   const encoder = new TextEncoder();
   const warn = (line: string) => log.warn(line);
+  const planner = new NftPlanner(config);
   try {
     return await runProxy({
       config,
@@ -78,11 +81,15 @@ export async function main(args: readonly string[]): Promise<number> {
           hostname: config.hostname,
           log: (line) => log.info(line),
         }),
-      planner: new NftPlanner(config),
+      planner,
       apply: actions.dryRun
         ? async (script) => void await Deno.stdout.write(encoder.encode(script))
         : (script) => applyNft(script, nft),
       conntrackCleanup: actions.dryRun ? undefined : (commands) => runConntrackCleanup(commands),
+      affinityCleanup: actions.dryRun
+        ? undefined
+        : () => cleanStaleAffinity(planner, { table: config.tableName, ...nft }),
+      localAddresses: localInterfaceAddresses,
     }, { once: actions.once, signal: controller.signal });
   } catch (err) {
     if (!(err instanceof ApiConfigError)) throw err;

@@ -55,6 +55,14 @@ export interface ProxyParts {
    */
   readonly conntrackCleanup?: (commands: readonly CleanupCommand[]) => Promise<number>;
   /**
+   * Deletes ClientIP affinity entries that point at endpoints gone from their service (after
+   * an applied sync that changed a ClientIP service); resolves with how many. Omitted in
+   * dry-run mode.
+   */
+  readonly affinityCleanup?: () => Promise<number>;
+  /** This node's interface addresses, read before each sync (CIDR `nodePortAddresses`). */
+  readonly localAddresses?: () => readonly string[] | undefined;
+  /**
    * The daemon's health state. Default: a new {@link ProxyHealth} with upstream's timeout
    * (`2 × syncPeriod`) on `clock`, served on `config.healthzBindAddress`.
    */
@@ -103,7 +111,13 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
     },
     onSynced: () => synced(),
   });
-  const loop = new SyncLoop(state, { planner, apply: parts.apply, log, clock });
+  const loop = new SyncLoop(state, {
+    planner,
+    apply: parts.apply,
+    log,
+    clock,
+    localAddresses: parts.localAddresses,
+  });
 
   if (daemon === undefined) {
     await source.start(state);
@@ -249,6 +263,17 @@ function syncObserver(
         localAddresses: localInterfaceAddresses(),
       }),
     });
+    if (parts.affinityCleanup !== undefined && outcome.applied) {
+      const keys = outcome.full ? state.services.keys() : outcome.changed;
+      if ([...keys].some((key) => state.services.get(key)?.sessionAffinity)) {
+        try {
+          const deleted = await parts.affinityCleanup();
+          if (deleted > 0) log.debug(2, `deleted ${deleted} stale ClientIP affinity entries`);
+        } catch (err) {
+          log.warn(`cannot clean stale ClientIP affinity entries: ${(err as Error).message}`);
+        }
+      }
+    }
     if (parts.conntrackCleanup !== undefined) {
       const commands = conntrack.plan(state.services, state.endpoints, {
         changed: outcome.full ? undefined : outcome.changed,

@@ -28,6 +28,11 @@ export interface SyncLoopOptions {
   clock?: Clock;
   /** Default {@link FULL_SYNC_PERIOD_MS}. */
   fullSyncPeriodMs?: number;
+  /**
+   * This node's interface addresses, read before each sync (CIDR `nodePortAddresses` select
+   * node-port addresses from them; a change makes that sync a full one). Default: none.
+   */
+  localAddresses?: () => readonly string[] | undefined;
 }
 
 /** What one sync did. */
@@ -61,6 +66,7 @@ export class SyncLoop {
       ...options,
       clock: options.clock ?? realClock,
       fullSyncPeriodMs: options.fullSyncPeriodMs ?? FULL_SYNC_PERIOD_MS,
+      localAddresses: options.localAddresses ?? (() => undefined),
     };
   }
 
@@ -100,7 +106,15 @@ export class SyncLoop {
     this.#lastAttemptFull = full;
     let plan;
     try {
-      plan = planner.plan(this.#state, { full, changed: changes.changed });
+      const state = this.#state;
+      const input = {
+        services: state.services,
+        endpoints: state.endpoints,
+        node: state.node,
+        serviceCIDRs: state.serviceCIDRs,
+        localAddresses: this.#options.localAddresses(),
+      };
+      plan = planner.plan(input, { full, changed: changes.changed });
       if (plan.script !== "") await this.#options.apply(plan.script);
     } catch (err) {
       // The changes taken above are folded into the state already: only a full sync is sure

@@ -430,3 +430,53 @@ test("masquerade: a configured mark bit is used and still masquerades", () =>
     assert.match(table.stdout, /meta mark set meta mark \| 0x00000020/);
     await checkAll(topo, [masqueradeCase("client", "masqueraded")]);
   }));
+
+test("NodePort on CIDR nodePortAddresses: served on the node's addresses inside the CIDR only", () =>
+  withProxy(["--nodeport-addresses=10.244.1.0/24"], (topo) =>
+    checkAll(topo, [
+      {
+        name: "a pod reaches the node port on the node's pod-network address",
+        from: "pod-b",
+        to: `10.244.1.1:${NODE_PORTS.nodePort}`,
+        expect: { reach: ["pod-a", "pod-b"] },
+      },
+      {
+        name: "the node's primary IP is outside the CIDR: no node port there",
+        from: "client",
+        to: `${topo.node.ip4}:${NODE_PORTS.nodePort}`,
+        expect: { outcome: "refused" },
+      },
+    ])));
+
+test("ClientIP affinity: a client stuck to a removed endpoint moves to a remaining one", async () => {
+  gate.assertUsable();
+  const topo = await createTopology();
+  try {
+    const objects = semanticsCluster(topo);
+    const proxy = await startProxy(topo, objects);
+    try {
+      const target = `${ADDR.sticky}:80`;
+      const [first] = await probe(topo, topo.client.ns, target);
+      assert.equal(first.outcome, "ok");
+      const stuck = first.outcome === "ok" ? first.body : "";
+      const gone = topo.pods.find((p) => p.name === stuck)!;
+      // The sticky service's IPv4 slice without the endpoint the client sticks to.
+      await proxy.update(objects.map((o) => {
+        const meta = o.metadata as { name?: string };
+        if (o.kind !== "EndpointSlice" || meta.name !== "sticky-v4") return o;
+        const endpoints = (o.endpoints as { addresses: string[] }[])
+          .filter((e) => e.addresses[0] !== gone.ip4);
+        return { ...o, endpoints };
+      }));
+      const after = (await probe(topo, topo.client.ns, target, { count: 10 }))
+        .map((r) => r.outcome === "ok" ? r.body : r.outcome);
+      assert.equal(new Set(after).size, 1, after.join());
+      assert.notEqual(after[0], stuck, `still sent to the removed ${stuck}`);
+      assert.ok(after[0].startsWith("pod-"), after.join());
+    } finally {
+      await proxy.stop();
+    }
+  } finally {
+    await topo.cleanup();
+  }
+});

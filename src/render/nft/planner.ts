@@ -14,6 +14,8 @@ import type { NftFamily } from "./transaction.ts";
 export interface PlannerInput extends SyncInput {
   readonly node: NodeInfo | null;
   readonly serviceCIDRs: readonly string[];
+  /** This node's interface addresses, when known (for CIDR `nodePortAddresses`). */
+  readonly localAddresses?: readonly string[];
 }
 
 /** One transaction for every family; {@link commit} once it was applied. */
