@@ -15,6 +15,20 @@ import { HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL } from "./convert_service.ts";
 import type { Endpoint } from "./endpoint.ts";
 import { type IPFamily, type Protocol, servicePortKey } from "./service_port.ts";
 
+/** Annotation with the time of the change that caused this version of the slice. */
+export const TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/**
+ * The slice's last-change trigger time in ms since the epoch, or null when absent or not a
+ * valid RFC 3339 time (used for the network programming latency metric).
+ */
+export function sliceTriggerTime(raw: unknown): number | null {
+  const text = getStringMap(raw, ["metadata", "annotations"])[TRIGGER_TIME_ANNOTATION];
+  if (text === undefined || !/^\d{4}-\d\d-\d\dT/.test(text)) return null;
+  const ms = Date.parse(text);
+  return Number.isFinite(ms) ? ms : null;
+}
+
 /** Label naming the Service an EndpointSlice belongs to. */
 export const SERVICE_NAME_LABEL = "kubernetes.io/service-name";
 

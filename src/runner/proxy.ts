@@ -246,6 +246,8 @@ function syncObserver(
       health.nodeDeleting(state.node?.deleting ?? false);
     }
     health.updated();
+    // Upstream's network programming latency: from each endpoint change to rules in force.
+    for (const t of outcome.triggerTimes) metrics.networkProgrammed((clock.now() - t) / 1000);
     metrics.syncDone({
       full: outcome.full,
       seconds: outcome.durationMs / 1000,

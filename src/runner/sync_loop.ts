@@ -43,6 +43,8 @@ export interface SyncOutcome {
   readonly scriptBytes: number;
   readonly servicePortsChanged: number;
   readonly durationMs: number;
+  /** Trigger times (ms since the epoch) of the endpoint changes this sync programmed. */
+  readonly triggerTimes: readonly number[];
   /**
    * Service port keys whose service or endpoints changed since the last sync (what a partial
    * sync re-rendered); a full sync re-asserted every port besides these.
@@ -135,6 +137,7 @@ export class SyncLoop {
       servicePortsChanged: plan.servicePortsChanged,
       durationMs: clock.now() - started,
       changed: changes.changed,
+      triggerTimes: changes.triggerTimes,
     };
     log.debug(
       outcome.applied ? 1 : 4,

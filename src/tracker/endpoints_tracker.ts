@@ -12,6 +12,7 @@ import {
   convertEndpointSlice,
   mergeSlices,
   type SliceInfo,
+  sliceTriggerTime,
 } from "../model/convert_endpoint_slice.ts";
 import type { Endpoint } from "../model/endpoint.ts";
 import { getString } from "../model/raw.ts";
@@ -42,6 +43,10 @@ export class EndpointsChangeTracker {
   readonly #owner = new Map<string, string>();
   /** Service port keys with endpoints, per service. */
   readonly #portsOf = new Map<string, Set<string>>();
+  /** Trigger times of the pending changes, per service (upstream's lastChangeTriggerTimes). */
+  readonly #triggerTimes = new Map<string, number[]>();
+  /** Trigger times of the changes folded in by the last {@link apply}. */
+  #appliedTriggerTimes: number[] = [];
 
   constructor(options: EndpointsTrackerOptions) {
     this.#hostname = options.hostname;
@@ -76,6 +81,12 @@ export class EndpointsChangeTracker {
     if (oldOwner !== undefined && oldOwner !== newOwner) {
       this.#setPending(oldOwner, sliceName, null);
     }
+    const triggered = current === undefined ? null : sliceTriggerTime(current);
+    if (triggered !== null && newOwner !== undefined) {
+      const times = this.#triggerTimes.get(newOwner) ?? [];
+      times.push(triggered);
+      this.#triggerTimes.set(newOwner, times);
+    }
     if (info && newOwner) {
       this.#setPending(newOwner, sliceName, info);
       this.#owner.set(sliceId, newOwner);
@@ -95,9 +106,22 @@ export class EndpointsChangeTracker {
     else this.#pending.set(service, pending);
   }
 
+  /**
+   * Trigger times (ms since the epoch) of the endpoint changes the last {@link apply} folded
+   * in; a sync that succeeds observes `now - t` for each as network programming latency.
+   */
+  get appliedTriggerTimes(): readonly number[] {
+    return this.#appliedTriggerTimes;
+  }
+
   /** Folds pending changes into {@link endpoints}; returns the changed service port keys. */
   apply(): Set<string> {
     const changed = new Set<string>();
+    this.#appliedTriggerTimes = [];
+    for (const service of this.#pending.keys()) {
+      this.#appliedTriggerTimes.push(...this.#triggerTimes.get(service) ?? []);
+    }
+    this.#triggerTimes.clear();
     for (const [service, pending] of this.#pending) {
       const slices = new Map(this.#applied.get(service));
       for (const [name, slice] of pending) {

@@ -22,6 +22,8 @@ export interface StateChanges {
   readonly changed: ReadonlySet<string>;
   /** Something every service depends on changed (node, service CIDRs): render everything. */
   readonly global: boolean;
+  /** When the endpoint changes folded in were made (ms since the epoch), where slices say. */
+  readonly triggerTimes: readonly number[];
 }
 
 /** Options of a {@link ProxyState}. */
@@ -139,7 +141,7 @@ export class ProxyState implements SourceHandler {
       this.#pendingNode = null;
     }
     this.#cidrsChanged = false;
-    return { changed, global };
+    return { changed, global, triggerTimes: this.#endpoints.appliedTriggerTimes };
   }
 
   #nodeEvent(event: ObjectEvent): boolean {

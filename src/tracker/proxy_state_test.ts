@@ -81,3 +81,18 @@ Deno.test("ProxyState drops the endpoints of a deleted slice", () => {
   assert.deepEqual([...state.takeChanges().changed], ["default/web:http/TCP"]);
   assert.equal(state.endpoints.size, 0);
 });
+
+Deno.test("ProxyState reports when the endpoint changes it folds in were triggered", () => {
+  const state = newState();
+  const triggered = {
+    ...webSlice,
+    metadata: {
+      ...(webSlice.metadata as Record<string, unknown>),
+      annotations: { "endpoints.kubernetes.io/last-change-trigger-time": "2026-11-22T20:00:00Z" },
+    },
+  };
+  state.onEvent({ kind: "Service", current: web });
+  state.onEvent({ kind: "EndpointSlice", current: triggered });
+  assert.deepEqual(state.takeChanges().triggerTimes, [Date.parse("2026-11-22T20:00:00Z")]);
+  assert.deepEqual(state.takeChanges().triggerTimes, [], "reported once");
+});
