@@ -451,8 +451,8 @@ function serviceSpec(hostile: boolean) {
       enumField([
         "ClusterIP",
         "ClusterIP",
-        "ClusterIP",
         "NodePort",
+        "LoadBalancer",
         "LoadBalancer",
         "ExternalName",
       ]),
@@ -480,7 +480,7 @@ function serviceSpec(hostile: boolean) {
     internalTrafficPolicy: field(enumField(["Cluster", "Local"]), hostile),
     externalIPs: ips(2),
     ingress: fc.oneof(
-      { weight: 3, arbitrary: fc.constant(undefined) },
+      { weight: 2, arbitrary: fc.constant(undefined) },
       fc.array(
         fc.record({
           ip: field(serviceIP, hostile),
@@ -490,8 +490,8 @@ function serviceSpec(hostile: boolean) {
       ),
     ),
     sourceRanges: fc.oneof(
-      { weight: 4, arbitrary: fc.constant(undefined) },
-      fc.array(field(cidrField, hostile), { maxLength: 2 }),
+      { weight: 2, arbitrary: fc.constant(undefined) },
+      fc.array(field(cidrField, hostile), { maxLength: 3 }),
     ),
     healthCheckNodePort: fc.oneof(fc.constant(undefined), field(portField, hostile)),
     otherProxy: fc.oneof({ weight: 20, arbitrary: fc.constant(false) }, fc.constant(true)),
@@ -834,7 +834,7 @@ const clusterParts = fc.record({
   nodes: fc.array(nodeObject, { maxLength: 2 }),
   serviceCIDRs: fc.array(serviceCIDRObject, { maxLength: 2 }),
   corruptions: fc.array(corruptions, { maxLength: 18 }),
-  big: fc.oneof({ weight: 14, arbitrary: fc.constant(undefined) }, bigService),
+  big: fc.oneof({ weight: 24, arbitrary: fc.constant(undefined) }, bigService),
 });
 
 /** The objects of a cluster, in the order a source would list them. */

@@ -17,13 +17,13 @@ import { endpointSlice, service } from "../fixtures/objects.ts";
 import { kernelGate, withScratch } from "../nft_scratch.ts";
 import { type Cluster, cluster } from "./arbitraries.ts";
 import {
+  assertClean,
   type KnownBug,
   knownBug,
   knownSummary,
   propertyRuns,
   propertySeed,
   renderFull,
-  scriptProblems,
   shrinkCounterexample,
   SimulatedProxy,
   stringsOf,
@@ -37,8 +37,7 @@ const BATCH_BYTES = 4_000_000;
 /** Renders one cluster into table `table`; throws on a render error or an unclean script. */
 function renderChecked(c: Cluster, table: string): string {
   const script = renderFull(c, table);
-  const problems = scriptProblems(script, { tables: [table], names: stringsOf(c.objects) });
-  if (problems.length > 0) throw new Error(`unclean script:\n${problems.slice(0, 5).join("\n")}`);
+  assertClean(script, { tables: [table], names: stringsOf(c.objects) });
   return script;
 }
 

@@ -216,6 +216,38 @@ Deno.test({
   },
 });
 
+// Found by partial_sync_property_test.ts ("add element … firewall-allow { … 10.96.0.0/16 …,
+// … 10.96.0.0/12 … }: File exists"). src/render/nft/ruleset.ts adds one `firewall-allow`
+// interval element per loadBalancerSourceRanges entry; nft refuses overlapping intervals in
+// one set, so a LoadBalancer Service with ranges like 10.0.0.0/8 and 10.1.0.0/16 (valid for
+// the API server) makes every sync's transaction fail — no Service anywhere is updated again
+// until that Service changes. Drop ranges contained in another range of the same entry point
+// before adding them (and keep in mind two Services sharing an LB IP and port).
+Deno.test({
+  name: "NftPlanner renders overlapping loadBalancerSourceRanges the kernel accepts",
+  ignore: true,
+  fn: async () => {
+    const script = render([
+      {
+        kind: "Service",
+        object: service({
+          name: "lb",
+          type: "LoadBalancer",
+          clusterIPs: ["10.96.0.80"],
+          ports: [{ name: "http", port: 80, nodePort: 30080 }],
+          spec: { loadBalancerSourceRanges: ["10.0.0.0/8", "10.1.0.0/16"] },
+          status: { loadBalancer: { ingress: [{ ip: "192.0.2.10" }] } },
+        }),
+      },
+      {
+        kind: "EndpointSlice",
+        object: endpointSlice({ name: "lb-1", service: "lb", endpoints: ["10.244.1.1"] }),
+      },
+    ]);
+    await withScratch((k) => k.load(script));
+  },
+});
+
 // Found while choosing configurations for the properties. src/config/validation.ts accepts
 // IPv4 octets with leading zeros in clusterCIDR (Go's sloppy parser reads them as decimal),
 // but src/render/nft/options.ts writes the CIDR verbatim and nft reads `010.244.0.0/16` as
