@@ -18,7 +18,11 @@ import {
 const docs = await Deno.readTextFile(`${ROOT}${CONFIG_DOCS_PATH}`);
 
 Deno.test("docs/configuration.md is exactly what scripts/gen_config_docs.ts generates (run it after changing Config or a flag)", async () => {
-  assert.equal(docs, await generateConfigDocs());
+  assert.equal(
+    docs,
+    await generateConfigDocs(),
+    `${CONFIG_DOCS_PATH} is out of date: run deno run -A scripts/gen_config_docs.ts`,
+  );
 });
 
 Deno.test("docs/configuration.md names every flag --help lists", () => {
