@@ -15,6 +15,8 @@
 import { type Cluster, KubeConfig, type User } from "@kubernetes/client-node";
 import type { RequestOptions } from "node:https";
 import { VERSION } from "../version.ts";
+import { load as loadYaml } from "js-yaml";
+import { dirname, isAbsolute, join } from "node:path";
 
 /** Where the service-account files live inside a pod. */
 const SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token";
@@ -106,6 +108,7 @@ export async function connectApi(options: ApiConnectionOptions = {}): Promise<Ap
   }
   const send = options.fetch ?? fetch;
   const userAgent = `kube-nftproxy/${VERSION}`;
+  const tokenFile = options.kubeconfig ? kubeconfigTokenFile(options.kubeconfig) : undefined;
 
   return {
     server,
@@ -121,6 +124,12 @@ export async function connectApi(options: ApiConnectionOptions = {}): Promise<Ap
       }
       if (typeof auth.auth === "string" && !headers.has("authorization")) {
         headers.set("authorization", `Basic ${btoa(auth.auth)}`);
+      }
+      if (tokenFile !== undefined && !headers.has("authorization")) {
+        // kubeconfig's `tokenFile` (kubeadm's kube-proxy kubeconfig uses it), which
+        // client-node 2.0.1 ignores; read per request because projected tokens rotate.
+        const token = (await Deno.readTextFile(tokenFile)).trim();
+        if (token !== "") headers.set("authorization", `Bearer ${token}`);
       }
       const init: RequestInit & { client?: Deno.HttpClient } = { headers, signal };
       if (client !== undefined) init.client = client;
@@ -197,6 +206,28 @@ function loadKubeConfig(options: ApiConnectionOptions): KubeConfig {
   const kubeconfig = new KubeConfig();
   kubeconfig.loadFromClusterAndUser(effective, user);
   return kubeconfig;
+}
+
+/**
+ * The current user's `tokenFile` in a kubeconfig file (relative paths resolved against the
+ * file's directory, as kubectl does), or undefined.
+ */
+function kubeconfigTokenFile(path: string): string | undefined {
+  type Doc = {
+    "current-context"?: string;
+    contexts?: { name?: string; context?: { user?: string } }[];
+    users?: { name?: string; user?: { tokenFile?: string } }[];
+  };
+  let doc: Doc;
+  try {
+    doc = (loadYaml(Deno.readTextFileSync(path)) ?? {}) as Doc;
+  } catch {
+    return undefined; // loadKubeConfig() already reported an unreadable file
+  }
+  const context = doc.contexts?.find((c) => c.name === doc["current-context"])?.context;
+  const file = doc.users?.find((u) => u.name === context?.user)?.user?.tokenFile;
+  if (typeof file !== "string" || file === "") return undefined;
+  return isAbsolute(file) ? file : join(dirname(path), file);
 }
 
 /** PEM text of one certificate or key given as a Buffer or string. */

@@ -3,11 +3,9 @@
  * `tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token` — must make the proxy send
  * the service account's token, or every list and watch is refused as anonymous.
  *
- * Known bug, pinned with `ignore: true` until src/source/api_connection.ts is fixed:
  * `@kubernetes/client-node` 2.0.1 reads only a non-standard `token-file` key (once, at load)
- * and ignores kubeconfig's `tokenFile`, so `connectApi()` sends no Authorization header for
- * kubeadm's kubeconfig.conf. The fix belongs in `loadKubeConfig()`: read `users[].user.tokenFile`
- * and re-read it per request (projected tokens rotate). Remove the `ignore` with the fix.
+ * and ignores kubeconfig's `tokenFile`; `connectApi()` reads `users[].user.tokenFile` itself,
+ * per request, because projected tokens rotate.
  *
  * @module
  */
@@ -22,7 +20,7 @@ const SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount/";
 Deno.test({
   name:
     "connectApi() sends the service account token named by the ConfigMap kubeconfig's tokenFile",
-  ignore: true,
+
   fn: async () => {
     const [configMap] = loadAll(await Deno.readTextFile(CONFIGMAP)) as {
       data: Record<string, string>;
