@@ -164,6 +164,23 @@ export function checkClusterCIDRs(cidrs: readonly string[]): string | undefined 
 }
 
 /**
+ * Checks an interface name (or prefix) that goes into rules as `iifname "…"`: empty (unused),
+ * or what Linux allows — at most 15 characters, no `/`, whitespace, quotes or `*`.
+ *
+ * @example
+ * ```ts
+ * checkInterfaceName("cbr0"); // undefined
+ * checkInterfaceName('cbr0"; flush ruleset'); // "must be an interface name ..."
+ * ```
+ */
+export function checkInterfaceName(name: string): string | undefined {
+  if (name === "" || /^[A-Za-z0-9_.:@+-]{1,15}$/.test(name) && name !== "." && name !== "..") {
+    return undefined;
+  }
+  return "must be an interface name (1-15 characters: letters, digits, _ . : @ + -)";
+}
+
+/**
  * Checks `nodePortAddresses`: a list of CIDRs, or the single keyword `primary`. Returns the
  * index of the first bad entry and the rule it breaks.
  *
@@ -355,6 +372,9 @@ export function validateConfig(config: Config, options: ValidateConfigOptions = 
       config.detectLocalMode,
       `needs an interface name prefix (${describeField("interfaceNamePrefix", config.mode)})`,
     );
+  }
+  for (const key of ["bridgeInterface", "interfaceNamePrefix"] as const) {
+    fail(key, config[key], checkInterfaceName(config[key]));
   }
   const badEntry = checkNodePortAddresses(config.nodePortAddresses);
   if (badEntry !== undefined) {

@@ -75,6 +75,21 @@ export function parseCIDR(text: unknown): ParsedCIDR {
   return { ok: true, cidr: `${network}/${prefix}`, family: address.family, network, prefix };
 }
 
+/**
+ * A configured CIDR in canonical form, reading IPv4 octets with leading zeros as decimal as
+ * Go's sloppy parser (and so upstream's configuration) does: `010.244.0.0/16` → `10.244.0.0/16`.
+ * Null when it is not a CIDR.
+ */
+export function canonicalConfigCIDR(text: string): string | null {
+  const slash = text.indexOf("/");
+  const address = slash < 0 ? text : text.slice(0, slash);
+  const decimal = address.includes(":")
+    ? address
+    : address.split(".").map((o) => o.replace(/^0+(?=\d)/, "")).join(".");
+  const parsed = parseCIDR(`${decimal}${slash < 0 ? "" : text.slice(slash)}`);
+  return parsed.ok ? parsed.cidr : null;
+}
+
 /** True when `address` (canonical) lies inside `cidr` (canonical). */
 export function cidrContains(cidr: string, address: string): boolean {
   const [net, prefix] = ipaddr.parseCIDR(cidr);

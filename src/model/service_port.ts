@@ -35,15 +35,16 @@ export function formatServicePortName(spn: ServicePortName): string {
 
 /**
  * The key that identifies a service port in maps and change sets:
- * `namespace/name:port/PROTOCOL`. Unique even when a port is renamed to another protocol.
+ * `namespace/name:port/PROTOCOL`, each name percent-encoded so that names holding `/` or `:`
+ * (a file source allows them) can never make two ports share a key.
  */
 export function servicePortKey(spn: ServicePortName): string {
-  return `${spn.namespace}/${spn.name}:${spn.port}/${spn.protocol}`;
+  return `${serviceKey(spn)}:${encodeURIComponent(spn.port)}/${spn.protocol}`;
 }
 
-/** `namespace/name` of the Service a port belongs to. */
+/** `namespace/name` of a Service (percent-encoded like {@link servicePortKey}). */
 export function serviceKey(spn: { namespace: string; name: string }): string {
-  return `${spn.namespace}/${spn.name}`;
+  return `${encodeURIComponent(spn.namespace)}/${encodeURIComponent(spn.name)}`;
 }
 
 /** ClientIP session affinity of a service port. */

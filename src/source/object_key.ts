@@ -50,7 +50,8 @@ export function objectKey(kind: ObjectKind, obj: RawObject): string | undefined 
   }
   const { name, namespace } = metadata as Record<string, unknown>;
   if (typeof name !== "string" || name === "") return undefined;
-  if (isClusterScoped(kind)) return `${kind}/${name}`;
+  // Percent-encoded: names holding "/" (a file allows them) must not collide.
+  if (isClusterScoped(kind)) return `${kind}/${encodeURIComponent(name)}`;
   if (typeof namespace !== "string" || namespace === "") return undefined;
-  return `${kind}/${namespace}/${name}`;
+  return `${kind}/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`;
 }

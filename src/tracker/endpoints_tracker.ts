@@ -16,6 +16,7 @@ import {
 } from "../model/convert_endpoint_slice.ts";
 import type { Endpoint } from "../model/endpoint.ts";
 import { getString } from "../model/raw.ts";
+import { serviceKey } from "../model/service_port.ts";
 import { sameJson } from "./service_tracker.ts";
 
 /** Options of an {@link EndpointsChangeTracker}. */
@@ -64,7 +65,7 @@ export class EndpointsChangeTracker {
     const raw = current ?? previous;
     const namespace = getString(raw, ["metadata", "namespace"], "default") ?? "";
     const sliceName = getString(raw, ["metadata", "name"]) ?? "";
-    const sliceId = `${namespace}/${sliceName}`;
+    const sliceId = serviceKey({ namespace, name: sliceName });
     let info: SliceInfo | null = null;
     if (current !== undefined) {
       const converted = convertEndpointSlice(current);
@@ -77,7 +78,9 @@ export class EndpointsChangeTracker {
       }
     }
     const oldOwner = this.#owner.get(sliceId);
-    const newOwner = info ? `${info.namespace}/${info.serviceName}` : undefined;
+    const newOwner = info
+      ? serviceKey({ namespace: info.namespace, name: info.serviceName })
+      : undefined;
     if (oldOwner !== undefined && oldOwner !== newOwner) {
       this.#setPending(oldOwner, sliceName, null);
     }

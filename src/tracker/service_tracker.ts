@@ -9,7 +9,7 @@
  * @module
  */
 import { convertService } from "../model/convert_service.ts";
-import { type ServicePort, servicePortKey } from "../model/service_port.ts";
+import { serviceKey, type ServicePort, servicePortKey } from "../model/service_port.ts";
 
 /** Options of a {@link ServiceChangeTracker}. */
 export interface ServiceTrackerOptions {
@@ -52,8 +52,8 @@ export class ServiceChangeTracker {
     const converted = current === undefined ? undefined : convertService(current);
     const old = previous === undefined ? undefined : convertService(previous);
     const id = converted
-      ? `${converted.namespace}/${converted.name}`
-      : `${old?.namespace}/${old?.name}`;
+      ? serviceKey(converted)
+      : serviceKey({ namespace: old?.namespace ?? "", name: old?.name ?? "" });
     let ports: readonly ServicePort[] = [];
     if (converted?.ok) ports = converted.ports;
     else if (converted) {

@@ -579,18 +579,8 @@ export const KNOWN_BUGS: readonly KnownBug[] = [
     matches: (error) => error.includes("comment too long, 128 characters maximum"),
   },
   {
-    pinnedBy: "NftPlanner's partial sync adds and deletes the affinity sets of IPv6 endpoints",
-    matches: (error) =>
-      /^stale sets: (set affinity-\S+ ?)+$/.test(error) ||
-      /add rule .*@affinity-\S+ .*No such file or directory/.test(error),
-  },
-  {
     pinnedBy: "NftPlanner renders overlapping loadBalancerSourceRanges the kernel accepts",
     matches: (error) => /add element \S+ \S+ firewall-allow .*File exists/.test(error),
-  },
-  {
-    pinnedBy: "NftPlanner's partial sync adds a chain before rules jump to it",
-    matches: (error) => /add rule .* (goto|jump) \S+ .*No such file or directory/.test(error),
   },
 ];
 

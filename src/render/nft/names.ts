@@ -9,7 +9,11 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { formatServicePortName, type ServicePortName } from "../../model/service_port.ts";
+import {
+  formatServicePortName,
+  servicePortKey,
+  type ServicePortName,
+} from "../../model/service_port.ts";
 
 /** Fixed chains, sets and maps of each table. */
 export const NAMES = {
@@ -88,9 +92,12 @@ export function serviceChainName(
   spn: ServicePortName,
   endpoint = "",
 ): string {
-  const identity = `${spn.namespace}/${spn.name}/${spn.protocol.toLowerCase()}/${spn.port}` +
+  const readableIdentity =
+    `${spn.namespace}/${spn.name}/${spn.protocol.toLowerCase()}/${spn.port}` +
     (endpoint === "" ? "" : `__${endpoint}`);
-  const readable = identity.replace(/[^A-Za-z0-9_./-]/g, "_").slice(0, MAX_READABLE);
+  // The hash covers the exact, unambiguous identity (names may hold "/" in a file source).
+  const identity = `${servicePortKey(spn)}__${endpoint}`;
+  const readable = readableIdentity.replace(/[^A-Za-z0-9_./-]/g, "_").slice(0, MAX_READABLE);
   return `${kind}-${hash(`${kind}:${identity}`)}-${readable}`;
 }
 

@@ -1,7 +1,9 @@
 /**
  * Reference-counted ownership of shared ruleset objects: each id (a chain name, a set name, a
- * set element) is wanted by one or more owners (service port keys), and the first owner's value
- * is the one in force.
+ * set element) is wanted by one or more owners (service port keys), and the smallest owner
+ * key's value is the one in force — so the table is a function of the state alone, whatever
+ * order objects arrived in (two Services claiming one address get the same winner after a
+ * restart as before).
  *
  * Built for the common case — one owner — with a cheap path for objects shared by thousands
  * (every 3-endpoint TCP service owns `lb-tcp-3`): planning a change never copies an owner list,
@@ -53,24 +55,27 @@ export class OwnedIndex<T> {
     return (this.#entries.get(id)?.others?.size ?? 0) > 0;
   }
 
-  /** Every owner's value for an id, the one in force first (empty when nobody owns it). */
+  /** Every owner's value for an id, by owner key: the one in force first. */
   valuesOf(id: string): T[] {
     const entry = this.#entries.get(id);
     if (entry === undefined) return [];
-    const values = [entry.value];
-    for (const value of entry.others?.values() ?? []) values.push(value);
-    return values;
+    return [[entry.owner, entry.value] as const, ...entry.others ?? []]
+      .sort(byOwner).map(([, value]) => value);
   }
 
-  /** Adds (or updates, keeping its place) an owner's value. */
+  /** Adds (or updates) an owner's value; the smallest owner key is the one in force. */
   add(id: string, owner: string, value: T): void {
     const entry = this.#entries.get(id);
     if (entry === undefined) this.#entries.set(id, { owner, value });
     else if (entry.owner === owner) entry.value = value;
-    else (entry.others ??= new Map()).set(owner, value);
+    else if (owner < entry.owner) {
+      (entry.others ??= new Map()).set(entry.owner, entry.value);
+      entry.owner = owner;
+      entry.value = value;
+    } else (entry.others ??= new Map()).set(owner, value);
   }
 
-  /** Removes an owner; the next owner's value comes into force. */
+  /** Removes an owner; the next smallest owner's value comes into force. */
   remove(id: string, owner: string): void {
     const entry = this.#entries.get(id);
     if (entry === undefined) return;
@@ -78,58 +83,48 @@ export class OwnedIndex<T> {
       entry.others?.delete(owner);
       return;
     }
-    const next = entry.others?.entries().next();
-    if (next === undefined || next.done) {
+    let next: string | undefined;
+    for (const candidate of entry.others?.keys() ?? []) {
+      if (next === undefined || candidate < next) next = candidate;
+    }
+    if (next === undefined) {
       this.#entries.delete(id);
       return;
     }
-    const [nextOwner, nextValue] = next.value;
-    entry.others!.delete(nextOwner);
-    entry.owner = nextOwner;
-    entry.value = nextValue;
+    entry.owner = next;
+    entry.value = entry.others!.get(next)!;
+    entry.others!.delete(next);
   }
 
-  /**
-   * The value in force after `changes`, without applying them. An owner both removed and added
-   * keeps its place with the new value, as {@link apply} does.
-   */
+  /** The value in force after `changes` (the smallest remaining owner's), without applying. */
   after(id: string, changes: OwnerChanges<T>): T | undefined {
     const { removed, added } = changes;
     const entry = this.#entries.get(id);
-    if (entry !== undefined) {
-      if (!removed.has(entry.owner) || added.has(entry.owner)) {
-        return added.get(entry.owner) ?? entry.value;
-      }
-      for (const [owner, value] of entry.others ?? []) {
-        if (!removed.has(owner) || added.has(owner)) return added.get(owner) ?? value;
-      }
+    // Fast path: the owner in force stays and no smaller one comes.
+    if (entry !== undefined && (!removed.has(entry.owner) || added.has(entry.owner))) {
+      let smaller = false;
+      for (const owner of added.keys()) if (owner < entry.owner) smaller = true;
+      if (!smaller) return added.get(entry.owner) ?? entry.value;
     }
-    for (const value of added.values()) return value;
-    return undefined;
+    return this.#survivors(id, changes)[0]?.[1];
   }
 
-  /**
-   * Every owner's value after `changes`, in the order {@link apply} leaves them (the one in
-   * force first), without applying them.
-   */
+  /** Every owner's value after `changes`, by owner key (the one in force first). */
   valuesAfter(id: string, changes: OwnerChanges<T>): T[] {
+    return this.#survivors(id, changes).map(([, value]) => value);
+  }
+
+  #survivors(id: string, changes: OwnerChanges<T>): [string, T][] {
     const { removed, added } = changes;
-    const values: T[] = [];
     const entry = this.#entries.get(id);
+    const survivors = new Map<string, T>();
     if (entry !== undefined) {
-      const keep = (owner: string, value: T) => {
-        if (added.has(owner)) values.push(added.get(owner)!);
-        else if (!removed.has(owner)) values.push(value);
-      };
-      keep(entry.owner, entry.value);
-      for (const [owner, value] of entry.others ?? []) keep(owner, value);
-    }
-    for (const [owner, value] of added) {
-      if (entry === undefined || (entry.owner !== owner && !entry.others?.has(owner))) {
-        values.push(value);
+      for (const [owner, value] of [[entry.owner, entry.value] as const, ...entry.others ?? []]) {
+        if (!removed.has(owner)) survivors.set(owner, value);
       }
     }
-    return values;
+    for (const [owner, value] of added) survivors.set(owner, value);
+    return [...survivors].sort(byOwner);
   }
 
   /** Applies changes computed for {@link after}. */
@@ -139,4 +134,8 @@ export class OwnedIndex<T> {
     }
     for (const [owner, value] of changes.added) this.add(id, owner, value);
   }
+}
+
+function byOwner<T>(a: readonly [string, T], b: readonly [string, T]): number {
+  return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0;
 }
