@@ -392,28 +392,26 @@ export function renderServicePort(
   return r.build();
 }
 
-/** A group being filled; entry-point groups become {@link EntryElements} when built. */
+/** A set's group being filled. */
 interface OpenGroup {
   readonly set: string;
-  readonly entry?: string;
-  /** Shared by every entry-point group, which never adds keys. */
+  readonly entry?: undefined;
   readonly keys: string[];
   /** The same array as `keys` while every line is its key (hairpin entries). */
   lines: string[];
 }
 
-/** The (empty) keys of every entry-point group. */
-const NO_KEYS: string[] = [];
-
 /** Accumulates one service port's chains and elements. */
 class FragmentBuilder {
   readonly chains = new Map<string, readonly string[]>();
-  readonly elements: OpenGroup[] = [];
+  readonly elements: (OpenGroup | EntryElements)[] = [];
   #sets: Map<string, SetDef> | undefined;
   readonly proto: NftProtocol;
   readonly #port: ServicePort;
   readonly #options: NftRenderOptions;
   readonly #comment: string;
+  #lastEntry: Entry | undefined;
+  #lastKey = "";
   /** `comment "…"` as an element carries it (with its leading space), or nothing. */
   readonly #commentText: string;
 
@@ -426,13 +424,18 @@ class FragmentBuilder {
   }
 
   serviceKey(entry: Entry): string {
-    return `${entry.address} . ${this.proto} . ${entry.port}`;
+    // One string per entry point (keys are kept), and flat: joined, not a tree of pieces.
+    if (entry !== this.#lastEntry) {
+      this.#lastEntry = entry;
+      this.#lastKey = [entry.address, this.proto, entry.port].join(" . ");
+    }
+    return this.#lastKey;
   }
 
   element(set: string, key: string, value?: string): void {
     const line = value === undefined
-      ? `${key}${this.#commentText}`
-      : `${key}${this.#commentText} : ${value}`;
+      ? [key, this.#commentText].join("")
+      : [key, this.#commentText, " : ", value].join("");
     this.#keyed(set, key, line);
   }
 
@@ -466,20 +469,23 @@ class FragmentBuilder {
     const map = endpointMapName(local, this.proto);
     const key = this.serviceKey(entry);
     if (endpoints.length > 0) {
-      const lines = this.#entryLines(map, key);
-      const prefix = `${key} . `;
+      // One flat text per entry point, joined once: no string per element survives the render.
+      const parts: string[] = [];
       const comment = this.#commentText;
-      endpoints.forEach((ep, i) => {
-        const line = `${prefix}${i}${comment} : ${ep.ip} . ${ep.port}`;
-        if (i < lines.length) lines[i] = line;
-        else lines.push(line);
+      for (let i = 0; i < endpoints.length; i++) {
+        const ep = endpoints[i];
+        if (i > 0) parts.push(ELEMENT_SEPARATOR);
+        parts.push(key, " . ", String(i), comment, " : ", ep.ip, " . ", String(ep.port));
+      }
+      this.#entryElements(map, key, endpoints.length, parts.join(""));
+      for (const ep of endpoints) {
         // Only a local endpoint can be a hairpin: a pod's service traffic is DNATed on its own
         // node. (A set entry per endpoint cluster-wide cost ~0.8 s of a 10k-service cold start.)
         if (ep.isLocal) {
-          const pair = `${ep.ip} . ${ep.ip}`;
+          const pair = [ep.ip, ep.ip].join(" . ");
           this.#keyed(NAMES.hairpinEndpoints, pair, pair);
         }
-      });
+      }
     }
     const affinity = this.#port.sessionAffinity;
     if (affinity !== null && this.#options.family === "ip") {
@@ -578,28 +584,25 @@ class FragmentBuilder {
     return name;
   }
 
-  /** The lines of an entry point's group in an endpoint map (a new group when it has none). */
-  #entryLines(map: string, entry: string): string[] {
-    for (const g of this.elements) {
-      if (g.set === map && g.entry === entry) return g.lines;
+  /**
+   * Adds an entry point's elements in an endpoint map; when the fragment has them already (an
+   * address that is two entry points at once), element `i` is replaced and the rest kept.
+   */
+  #entryElements(set: string, entry: string, count: number, text: string): void {
+    const at = this.elements.findIndex((g) => g.set === set && g.entry === entry);
+    if (at < 0) {
+      this.elements.push({ set, entry, count, text });
+      return;
     }
-    const lines: string[] = [];
-    this.elements.push({ set: map, entry, keys: NO_KEYS, lines });
-    return lines;
+    const lines = (this.elements[at] as EntryElements).text.split(ELEMENT_SEPARATOR);
+    text.split(ELEMENT_SEPARATOR).forEach((line, i) => lines[i] = line);
+    this.elements[at] = { set, entry, count: lines.length, text: lines.join(ELEMENT_SEPARATOR) };
   }
 
   build(): Fragment {
-    const elements = this.elements.map((g): ElementGroup =>
-      g.entry === undefined ? g as KeyedElements : {
-        set: g.set,
-        entry: g.entry,
-        count: g.lines.length,
-        text: g.lines.join(ELEMENT_SEPARATOR),
-      }
-    );
     return this.#sets === undefined
-      ? { chains: this.chains, elements }
-      : { chains: this.chains, elements, sets: this.#sets };
+      ? { chains: this.chains, elements: this.elements }
+      : { chains: this.chains, elements: this.elements, sets: this.#sets };
   }
 }
 

@@ -53,7 +53,10 @@ export interface SyncRequest {
 
 /** A planned transaction; call {@link commit} once `nft` has accepted it. */
 export interface SyncPlan {
-  /** The script for `nft -f`; empty when nothing is to change. */
+  /**
+   * The script for `nft -f`; empty when nothing is to change. Written out on each read, so a
+   * plan kept until {@link commit} does not hold a full sync's megabytes of text.
+   */
   readonly script: string;
   /** The plan re-asserts the whole table. */
   readonly full: boolean;
@@ -77,6 +80,7 @@ interface Applied {
   readonly optionsKey: string;
   readonly skeleton: Skeleton;
   readonly fragments: Map<string, Fragment>;
+  readonly sharedChains: SharedChains;
   readonly sets: OwnedIndex<SetDef>;
   readonly chains: OwnedIndex<readonly string[]>;
   readonly elements: ElementIndex;
@@ -131,9 +135,10 @@ export class NftSyncer {
     if (previous === null) tx.deleteTable().addTable(TABLE_COMMENT);
     const skeleton = renderSkeleton(options);
     const fragments = new Map<string, Fragment>();
+    const sharedChains = new SharedChains();
     for (const [key, port] of input.services) {
       const fragment = renderServicePort(port, input.endpoints.get(key) ?? [], options);
-      if (fragment) fragments.set(key, fragment);
+      if (fragment) fragments.set(key, sharedChains.share(fragment));
     }
     const sets = new OwnedIndex<SetDef>();
     const chains = new OwnedIndex<readonly string[]>();
@@ -206,11 +211,13 @@ export class NftSyncer {
       }
     }
     return {
-      script: tx.toString(),
+      get script() {
+        return tx.toString();
+      },
       full: true,
       servicePortsChanged: fragments.size,
       commit: () => {
-        this.#applied = { optionsKey, skeleton, fragments, sets, chains, elements };
+        this.#applied = { optionsKey, skeleton, fragments, sharedChains, sets, chains, elements };
       },
     };
   }
@@ -308,12 +315,14 @@ export class NftSyncer {
     deleteChains(tx, deletedChains);
     deletedSets.forEach((set) => tx.deleteSet(set.kind, set.name));
     return {
-      script: tx.toString(),
+      get script() {
+        return tx.toString();
+      },
       full: false,
       servicePortsChanged: replaced.size,
       commit: () => {
         for (const [key, fragment] of replaced) {
-          if (fragment) applied.fragments.set(key, fragment);
+          if (fragment) applied.fragments.set(key, applied.sharedChains.share(fragment));
           else applied.fragments.delete(key);
         }
         setChanges.applyTo(applied.sets);
@@ -321,6 +330,28 @@ export class NftSyncer {
         elementChanges.applyTo(applied.elements);
       },
     };
+  }
+}
+
+/**
+ * One chains map for every fragment whose only chain has the same name and rules: the 10k
+ * services that use `lb-tcp-10` keep one map instead of 10k equal ones (~700 bytes each).
+ */
+class SharedChains {
+  readonly #byName = new Map<string, ReadonlyMap<string, readonly string[]>>();
+
+  /** The fragment, or an equal one whose chains map is shared. */
+  share(fragment: Fragment): Fragment {
+    const { chains } = fragment;
+    if (chains.size !== 1) return fragment;
+    const [name, rules] = chains.entries().next().value!;
+    const known = this.#byName.get(name);
+    if (known === undefined) {
+      this.#byName.set(name, chains);
+      return fragment;
+    }
+    if (known === chains || !sameRules(known.get(name)!, rules)) return fragment;
+    return { chains: known, elements: fragment.elements, sets: fragment.sets };
   }
 }
 
