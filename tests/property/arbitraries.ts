@@ -771,6 +771,10 @@ export const serviceCIDRObject: fc.Arbitrary<RawObject> = corrupted(
   })),
 );
 
+/**
+ * A Service with 500 to 900 endpoints spread over one to three slices that overlap by half,
+ * some not ready, so that deduplication and big `add element` commands are exercised.
+ */
 export const bigService: fc.Arbitrary<ClusterObject[]> = fc.record({
   count: fc.integer({ min: 500, max: 900 }),
   slices: fc.integer({ min: 1, max: 3 }),

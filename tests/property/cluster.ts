@@ -57,30 +57,6 @@ export class SimulatedProxy {
     this.#planner = new NftPlanner(this.#config);
   }
 
-  /**
-   * Elements (`family set key`) that several service ports of the current state claim with
-   * different values or comments. The planner keeps the first claimant's version, so which one
-   * a table holds depends on the order of past events (see known_bugs_test.ts).
-   */
-  contestedElements(): Set<string> {
-    const claims = new Map<string, Set<string>>();
-    for (const [key, port] of this.state.services) {
-      const alone = new NftPlanner(this.#config).plan({
-        services: new Map([[key, port]]),
-        endpoints: this.state.endpoints,
-        node: this.state.node,
-        serviceCIDRs: this.state.serviceCIDRs,
-      }, { full: true, changed: new Set() });
-      for (const e of scriptElements(alone.script)) {
-        const id = `${e.family} ${e.set} ${e.key}`;
-        let versions = claims.get(id);
-        if (versions === undefined) claims.set(id, versions = new Set());
-        versions.add(e.rest);
-      }
-    }
-    return new Set([...claims].filter(([, versions]) => versions.size > 1).map(([id]) => id));
-  }
-
   /** Records one source event. */
   onEvent(event: ObjectEvent): void {
     this.state.onEvent(event);
@@ -243,8 +219,6 @@ export interface SequenceRun {
   readonly scripts: string[];
   /** A fresh proxy's first full sync of the final objects. */
   readonly fresh: string;
-  /** Elements of the final state that several service ports claim differently. */
-  readonly contested: ReadonlySet<string>;
 }
 
 /** Plays a sequence through one proxy, and renders its final state with a fresh proxy. */
@@ -259,7 +233,7 @@ export function playSequence(seq: Sequence, tableName: string): SequenceRun {
   }
   const fresh = new SimulatedProxy(seq.config, tableName);
   source.listEvents().forEach((e) => fresh.onEvent(e));
-  return { scripts, fresh: fresh.sync(), contested: fresh.contestedElements() };
+  return { scripts, fresh: fresh.sync() };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -390,7 +364,7 @@ export interface TableView {
 
 /**
  * Every table of a namespace's ruleset by `family name`, normalised for comparison: rule
- * handles dropped, elements sorted, contested elements reduced to their key.
+ * handles dropped, elements sorted.
  *
  * With `ignoreProtocolDependency`, a DNAT rule's `tcp dport` (or `udp`, `sctp`) is read as
  * `th dport`: when a map's value names `tcp dport`, nft 1.0.6 compiles a hidden
@@ -402,8 +376,6 @@ export async function listTables(
   netns: string,
   options: {
     ignoreProtocolDependency?: boolean;
-    /** `family table` → contested elements (`family set key`): compared by key only. */
-    contested?: ReadonlyMap<string, ReadonlySet<string>>;
   } = {},
 ): Promise<Map<string, TableView>> {
   const out = await runNft(["-j", "list", "ruleset"], { netns });
@@ -439,13 +411,7 @@ export async function listTables(
       );
       chains.set(name, chain);
     } else if (kind === "set" || kind === "map") {
-      const contested = options.contested?.get(`${clean.family} ${clean.table}`);
-      const elements = Array.isArray(clean.elem)
-        ? clean.elem.map((e) => {
-          const key = `${clean.family} ${clean.name} ${elementKey(e)}`;
-          return JSON.stringify(contested?.has(key) ? { contested: key } : e);
-        })
-        : [];
+      const elements = Array.isArray(clean.elem) ? clean.elem.map((e) => JSON.stringify(e)) : [];
       tableOf(clean).sets.set(`${kind} ${clean.name}`, { ...clean, elem: elements.sort() });
     }
   }
@@ -461,15 +427,6 @@ export function tableText(
   const sorted = <V>(m: ReadonlyMap<string, V>) =>
     [...m].filter(([k]) => !options.without?.has(k)).sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0);
   return JSON.stringify({ chains: sorted(view.chains), sets: sorted(view.sets) }, null, 1);
-}
-
-/** An element's key in script syntax (`10.96.0.1 . tcp . 80`), from nft's JSON listing. */
-function elementKey(e: unknown): string {
-  const key = Array.isArray(e) ? e[0] : e;
-  const val = isRecord(key) && isRecord(key.elem) ? key.elem.val : key;
-  const text = (v: unknown): string =>
-    isRecord(v) && Array.isArray(v.concat) ? v.concat.map(text).join(" . ") : String(v);
-  return text(val);
 }
 
 function withoutProtocolDependency(value: unknown): unknown {
