@@ -290,8 +290,8 @@ function elementsAfter(scripts: readonly string[]): Map<string, string> {
     if (!m) continue;
     for (const item of m[4].split(", ")) {
       const cut = item.search(/ comment "| : /);
-      const key = cut < 0 ? item : item.slice(0, cut);
-      const id = `${m[2]} ${m[3]} ${key}`;
+      const key: string = cut < 0 ? item : item.slice(0, cut);
+      const id: string = `${m[2]} ${m[3]} ${key}`;
       if (m[1] === "add") {
         assert.ok(!table.has(id), `${id} added twice`);
         table.set(id, item.slice(key.length));
