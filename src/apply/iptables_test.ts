@@ -16,6 +16,7 @@ import {
   readConntrackTCPLiberal,
   removeOtherMode,
   restoreSection,
+  withWholeTableCache,
 } from "./iptables.ts";
 
 const config = { ...DEFAULT_CONFIG, hostname: "node-a", clusterCIDRs: ["10.244.0.0/16"] };
@@ -68,6 +69,13 @@ Deno.test({
         const bad = "-A KUBE-SERVICES -p tcp --dport 99999 -j RETURN";
         const err = await refused(k.ns, backend, bad);
         assert.equal(err.line, 4, err.message);
+        // The same line is named when the whole-table listing is put in front of it.
+        const listed = await applyIptables(script(bad), {
+          netns: k.ns,
+          backend,
+          wholeTableCacheChains: 0,
+        }).catch((e) => e);
+        assert.equal(listed.line, 4, listed.message);
         assert.equal(err.scriptLine, bad);
         assert.match(err.message, /at line 4: -A KUBE-SERVICES -p tcp --dport 99999 -j RETURN/);
         assert.match(err.stderr, /invalid port/);
@@ -189,4 +197,46 @@ Deno.test("readConntrackTCPLiberal() reads the sysctl, and false when it cannot"
     await Deno.remove(file);
   }
   assert.equal(await readConntrackTCPLiberal("/nonexistent/knp"), false);
+});
+
+Deno.test("withWholeTableCache() lists a table first only when its part names many chains", () => {
+  const section = [
+    "# kube-nftproxy IPv4 full sync",
+    "*filter",
+    ":KUBE-FORWARD - [0:0]",
+    "-A KUBE-FORWARD -j ACCEPT",
+    "COMMIT",
+    "*nat",
+    ":KUBE-SVC-A - [0:0]",
+    ":KUBE-SERVICES - [0:0]",
+    "-A KUBE-SERVICES -d 10.96.0.10 -j KUBE-SVC-A",
+    "-A KUBE-SVC-A -j KUBE-SEP-B",
+    '-I PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+    "COMMIT",
+    "",
+  ].join("\n");
+  assert.equal(withWholeTableCache(section, 4), section, "filter names 1 chain, nat 4");
+  // The built-in chain's rule (and the declaration of its target) before the listing.
+  assert.deepEqual(withWholeTableCache(section, 3).split("\n").slice(5, 12), [
+    "*nat",
+    ":KUBE-SERVICES - [0:0]",
+    '-I PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+    "-S",
+    ":KUBE-SVC-A - [0:0]",
+    "-A KUBE-SERVICES -d 10.96.0.10 -j KUBE-SVC-A",
+    "-A KUBE-SVC-A -j KUBE-SEP-B",
+  ]);
+});
+
+Deno.test({
+  name: "applyIptables() loads a section with the whole-table listing in front (iptables-nft)",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    await withIptablesScratch(async (k) => {
+      const script = fullScript(new IptablesPlanner(config), stateWith(["web", "db"]));
+      await applyIptables(script, { netns: k.ns, backend: "nft", wholeTableCacheChains: 0 });
+      const saved = await k.save("IPv4", "nft");
+      assert.equal([...saved.nat.chains].filter((c) => c.startsWith("KUBE-SEP-")).length, 2);
+    });
+  },
 });

@@ -185,7 +185,8 @@ export function reconcileSection(section: string, saved: SavedTables): string {
     const drop = table === "nat" ? [...deletable] : [];
     result = insertIntoTable(result, table, {
       declare: drop,
-      lines: [...lines, ...drop.map((c) => `-X ${c}`)],
+      first: lines,
+      last: drop.map((c) => `-X ${c}`),
     });
   }
   return result;
@@ -259,23 +260,27 @@ function declaredChains(section: string): Record<Table, Set<string>> {
 }
 
 /**
- * Adds chain declarations (right after `*table`) and lines (right before its `COMMIT`) to one
- * table's part of a section, creating that part when the section has none.
+ * Adds to one table's part of a section: chain declarations and lines to run first (right
+ * after the part's own declarations) and lines to run last (right before its `COMMIT`),
+ * creating that part when the section has none.
  */
 function insertIntoTable(
   section: string,
   table: Table,
-  add: { declare: readonly string[]; lines: readonly string[] },
+  add: { declare: readonly string[]; first: readonly string[]; last: readonly string[] },
 ): string {
-  if (add.declare.length + add.lines.length === 0) return section;
+  if (add.declare.length + add.first.length + add.last.length === 0) return section;
   const declarations = add.declare.map((c) => `:${c} - [0:0]`);
   const all = section.replace(/\n*$/, "").split("\n");
   const start = all.indexOf(`*${table}`);
   if (start < 0) {
-    return [...all, `*${table}`, ...declarations, ...add.lines, "COMMIT", ""].join("\n");
+    return [...all, `*${table}`, ...declarations, ...add.first, ...add.last, "COMMIT", ""]
+      .join("\n");
   }
   const commit = all.indexOf("COMMIT", start);
-  all.splice(commit, 0, ...add.lines);
-  all.splice(start + 1, 0, ...declarations);
+  all.splice(commit, 0, ...add.last);
+  let body = start + 1;
+  while (all[body].startsWith(":")) body++;
+  all.splice(body, 0, ...declarations, ...add.first);
   return [...all, ""].join("\n");
 }
