@@ -18,6 +18,7 @@
  *
  * @module
  */
+import ipaddr from "ipaddr.js";
 import { type Endpoint, formatEndpoint } from "../../model/endpoint.ts";
 import { cidrContains } from "../../model/ip.ts";
 import {
@@ -123,8 +124,13 @@ export function renderFixedChains(
     // Only traffic to a service CIDR pays for the per-IP rules, unless a cluster IP lies
     // outside every service CIDR (or none is known): then everything not DNATed does.
     const cidrs = options.serviceCIDRs;
-    const inside = cidrs.length > 0 &&
-      [...clusterIPs.keys()].every((ip) => cidrs.some((c) => cidrContains(c, ip)));
+    const parsed = cidrs.map((c) => ipaddr.parseCIDR(c));
+    const inside = cidrs.length > 0 && [...clusterIPs.keys()].every((ip) => {
+      const address = ipaddr.parse(ip);
+      return parsed.some(([net, bits]) =>
+        address.kind() === net.kind() && address.match(net, bits)
+      );
+    });
     const why = comment("cluster IPs on unused ports, unallocated service IPs");
     const filterServices = tables.filter.get(FILTER.services)!;
     for (const target of inside ? cidrs.map((c) => `-d ${c} `) : [""]) {

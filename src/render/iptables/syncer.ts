@@ -132,19 +132,28 @@ export class IptablesSyncer {
     if (replaced.size === 0) {
       return { script: "", full: false, servicePortsChanged: 0, commit: () => {} };
     }
-    const fragments = new Map(applied.fragments);
-    for (const [key, fragment] of replaced) {
-      if (fragment) fragments.set(key, fragment);
-      else fragments.delete(key);
-    }
-    const fixed = renderFixedChains(fragments.values(), options);
+    // The fixed chains are re-assembled (O(all service ports)) only when a changed port's
+    // share of them changed: an endpoint change leaves them alone.
+    const reassemble = [...replaced].some(([key, fragment]) =>
+      !sameShare(applied.fragments.get(key) ?? null, fragment)
+    );
+    let fragments = applied.fragments;
+    let fixed = applied.fixed;
     const declare: Record<Table, string[]> = { filter: [], nat: [] };
     const rules: Record<Table, string[]> = { filter: [], nat: [] };
-    for (const table of TABLES) {
-      for (const [chain, wanted] of fixed[table]) {
-        if (sameRules(applied.fixed[table].get(chain) ?? [], wanted)) continue;
-        declare[table].push(chain);
-        rules[table].push(...wanted);
+    if (reassemble) {
+      fragments = new Map(applied.fragments);
+      for (const [key, fragment] of replaced) {
+        if (fragment) fragments.set(key, fragment);
+        else fragments.delete(key);
+      }
+      fixed = renderFixedChains(fragments.values(), options);
+      for (const table of TABLES) {
+        for (const [chain, wanted] of fixed[table]) {
+          if (sameRules(applied.fixed[table].get(chain) ?? [], wanted)) continue;
+          declare[table].push(chain);
+          rules[table].push(...wanted);
+        }
       }
     }
     const stale: string[] = [];
@@ -172,6 +181,10 @@ export class IptablesSyncer {
       full: false,
       servicePortsChanged: replaced.size,
       commit: () => {
+        if (fragments === applied.fragments) {
+          // Same keys, same order: replace the changed ports' fragments in place.
+          for (const [key, fragment] of replaced) fragments.set(key, fragment!);
+        }
         this.#applied = { optionsKey: applied.optionsKey, fragments, fixed };
       },
     };
@@ -186,6 +199,14 @@ function render(input: SyncInput, key: string, options: IptablesRenderOptions): 
 
 function sameRules(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((rule, i) => rule === b[i]);
+}
+
+/** Same rules in the fixed chains and same cluster IP (a removed or added port never is). */
+function sameShare(a: Fragment | null, b: Fragment | null): boolean {
+  if (a === null || b === null) return false;
+  if (a.clusterIP !== b.clusterIP || a.service !== b.service) return false;
+  return a.shared.length === b.shared.length &&
+    a.shared.every((r, i) => r.rule === b.shared[i].rule && r.table === b.shared[i].table);
 }
 
 function sameFragment(a: Fragment | null, b: Fragment | null): boolean {
