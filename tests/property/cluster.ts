@@ -530,16 +530,7 @@ export interface KnownBug {
  * match one as "known" instead of failing, so that CI stays green until the owner fixes them;
  * `PROPERTY_STRICT=1` turns them back into failures. Remove an entry with its fix.
  */
-export const KNOWN_BUGS: readonly KnownBug[] = [
-  {
-    pinnedBy: "NftPlanner keeps every comment within nft's 128 characters",
-    matches: (error) => error.includes("comment too long, 128 characters maximum"),
-  },
-  {
-    pinnedBy: "NftPlanner renders overlapping loadBalancerSourceRanges the kernel accepts",
-    matches: (error) => /add element \S+ \S+ firewall-allow .*File exists/.test(error),
-  },
-];
+export const KNOWN_BUGS: readonly KnownBug[] = [];
 
 /** The known bug a failure message shows, unless `PROPERTY_STRICT=1`. */
 export function knownBug(error: string): KnownBug | undefined {

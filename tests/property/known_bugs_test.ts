@@ -118,7 +118,7 @@ Deno.test({
 // and the transaction is refused — for every service in it. Cap the whole comment instead.
 Deno.test({
   name: "NftPlanner keeps every comment within nft's 128 characters",
-  ignore: true,
+  ignore: kernelGate.ignore,
   fn: async () => {
     const long = "p".repeat(63);
     const script = render([
@@ -227,7 +227,7 @@ Deno.test({
 // before adding them (and keep in mind two Services sharing an LB IP and port).
 Deno.test({
   name: "NftPlanner renders overlapping loadBalancerSourceRanges the kernel accepts",
-  ignore: true,
+  ignore: kernelGate.ignore,
   fn: async () => {
     const script = render([
       {

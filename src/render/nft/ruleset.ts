@@ -375,8 +375,8 @@ export function renderServicePort(
   }
 
   // loadBalancerSourceRanges guard the load-balancer IPs only.
-  const ranges = port.loadBalancerSourceRanges.filter((c) =>
-    familyOf(c.split("/")[0]) === ipFamily
+  const ranges = outermost(
+    port.loadBalancerSourceRanges.filter((c) => familyOf(c.split("/")[0]) === ipFamily),
   );
   if (port.loadBalancerSourceRanges.length > 0) {
     const nodeInRange = options.nodePortIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
@@ -390,6 +390,20 @@ export function renderServicePort(
     }
   }
   return r.build();
+}
+
+/**
+ * The ranges not inside another one of the list: nft refuses overlapping intervals in one
+ * set, and a range inside another allows nothing more.
+ */
+function outermost(cidrs: readonly string[]): string[] {
+  const byWidth = [...new Set(cidrs)]
+    .sort((a, b) => Number(a.split("/")[1]) - Number(b.split("/")[1]));
+  const kept: string[] = [];
+  for (const cidr of byWidth) {
+    if (!kept.some((outer) => cidrContains(outer, cidr.split("/")[0]))) kept.push(cidr);
+  }
+  return kept;
 }
 
 /** A set's group being filled. */
@@ -540,7 +554,7 @@ class FragmentBuilder {
         flags: ["dynamic", "timeout"],
         timeoutSeconds: timeout,
         dynamic: true,
-        comment: `${this.#comment} clients sticking to ${safeComment(id)}`,
+        comment: safeComment(`${this.#comment} clients sticking to ${id}`),
       });
       this.chains.set(chain, [
         `update @${set} { ip6 saddr }`,
