@@ -106,7 +106,23 @@ export class OwnedIndex<T> {
       for (const owner of added.keys()) if (owner < entry.owner) smaller = true;
       if (!smaller) return added.get(entry.owner) ?? entry.value;
     }
-    return this.#survivors(id, changes)[0]?.[1];
+    // The smallest surviving owner, found in one pass: an id can have thousands of owners.
+    let best: string | undefined;
+    let value: T | undefined;
+    const consider = (owner: string, candidate: T) => {
+      if (best === undefined || owner < best) {
+        best = owner;
+        value = candidate;
+      }
+    };
+    for (const [owner, candidate] of added) consider(owner, candidate);
+    if (entry !== undefined) {
+      if (!removed.has(entry.owner) && !added.has(entry.owner)) consider(entry.owner, entry.value);
+      for (const [owner, candidate] of entry.others ?? []) {
+        if (!removed.has(owner) && !added.has(owner)) consider(owner, candidate);
+      }
+    }
+    return value;
   }
 
   /** Every owner's value after `changes`, by owner key (the one in force first). */
