@@ -46,6 +46,12 @@ export class IptablesPlanner implements Planner {
   }
 
   plan(input: PlannerInput, request: SyncRequest): Plan {
+    // Nothing changed: nothing to render (the options only change with the node, the service
+    // CIDRs — a full sync — or endpoints, which would be in `changed`).
+    const syncers = [...this.#syncers.values()];
+    if (!request.full && request.changed.size === 0 && syncers.every((s) => s.hasApplied)) {
+      return { script: "", full: false, servicePortsChanged: 0, commit: () => {} };
+    }
     const totals = countEndpoints(input);
     const plans = [...this.#syncers].map(([family, syncer]) =>
       syncer.plan(

@@ -55,6 +55,11 @@ const TABLES: readonly Table[] = ["filter", "nat"];
 export class IptablesSyncer {
   #applied: Applied | null = null;
 
+  /** Something was applied (the next plan may be partial). */
+  get hasApplied(): boolean {
+    return this.#applied !== null;
+  }
+
   /** Forget what was applied: the next plan is a full sync. */
   reset(): void {
     this.#applied = null;
