@@ -1,0 +1,449 @@
+/**
+ * The iptables-mode scale benchmark (issue 6), beside nft mode: for each mode and cluster size,
+ * in fresh throwaway `knp-bench-*` namespaces, the cold start (first full sync: render +
+ * apply), a sync with no change, one endpoint added to one service, and a full re-sync over
+ * the loaded rules; once per mode and size, data-plane connection-setup latency to one service
+ * in a node programmed with N services against one programmed with 10.
+ *
+ * Modes: `nft` (the native nft backend: `NftPlanner` → `nft -f`), `iptables-nft` and
+ * `iptables-legacy` (`IptablesPlanner` → `iptables-restore --noflush` with that back end, the
+ * full-sync reconcile from `iptables-save` included, as the proxy runs it).
+ *
+ * In iptables mode a new connection walks nat KUBE-SERVICES rule by rule; the data-plane
+ * target's rule is placed LAST there (its namespace sorts after every generated one), so the
+ * figure is the worst case, every service rule evaluated. nft mode looks services up in a map.
+ *
+ * Must run as root; everything kernel-side happens inside namespaces it creates and removes.
+ *
+ * @example
+ * ```sh
+ * deno run -A bench/iptables_scale.ts --services 10,10000 --endpoints 10 --runs 5 --json
+ * deno run -A bench/iptables_scale.ts --services 10000 --modes iptables-nft --only cold
+ * ```
+ *
+ * @module
+ */
+import { fileURLToPath } from "node:url";
+import { Command } from "@commander-js/extra-typings";
+import { applyIptables, type IptablesBackend } from "../src/apply/iptables.ts";
+import { applyNft } from "../src/apply/nft.ts";
+import { IptablesPlanner } from "../src/render/iptables/planner.ts";
+import type { Planner } from "../src/render/nft/planner.ts";
+import { NftPlanner } from "../src/render/nft/planner.ts";
+import type { ObjectEvent, RawObject } from "../src/source/events.ts";
+import type { ProxyState } from "../src/tracker/proxy_state.ts";
+import { endpointSlice, service } from "../tests/fixtures/objects.ts";
+import { POD_PORT } from "../tests/fixtures/ip_plan.ts";
+import {
+  canUseNetns,
+  cleanupStale,
+  commandLine,
+  createNamespace,
+  deleteNamespace,
+  run,
+  shortId,
+} from "../tests/netns/netns.ts";
+import { createTopology, type Topology } from "../tests/netns/topology.ts";
+import { integerIn } from "./cli.ts";
+import {
+  clusterEvents,
+  extraEndpointIP,
+  generateCluster,
+  type SyntheticCluster,
+  withExtraEndpoint,
+} from "./cluster.ts";
+import type { ConnectReport } from "./connect_probe.ts";
+import { round, summarize } from "./stats.ts";
+import { benchConfig, loadState } from "./state.ts";
+
+/** How rules reach the kernel. */
+export const MODES = ["nft", "iptables-nft", "iptables-legacy"] as const;
+/** One of {@link MODES}. */
+export type Mode = typeof MODES[number];
+
+/** Parts of a run that can be selected with `--only`. */
+export const SECTIONS = ["cold", "noop", "incremental", "resync", "dataplane"] as const;
+/** One of {@link SECTIONS}. */
+export type Section = typeof SECTIONS[number];
+
+/** One output line. */
+export type Measurement = Record<string, string | number | boolean | null>;
+
+/** Options of {@link runIptablesScale}. */
+export interface IptablesScaleOptions {
+  sizes: number[];
+  endpoints: number;
+  runs: number;
+  modes: Mode[];
+  only: ReadonlySet<Section>;
+  incrementalReps: number;
+  /** Connections per side of the data-plane comparison (split into rounds). */
+  connections: number;
+  progress: (line: string) => void;
+}
+
+/** Longest single apply before a run gives up. */
+const APPLY_TIMEOUT_MS = 300_000;
+const TARGET_IP = "10.96.0.10";
+const TARGET_PORT = 80;
+const LATENCY_ROUNDS = 10;
+const CONNECT_PROBE = fileURLToPath(new URL("./connect_probe.ts", import.meta.url));
+const DENO_ENV = { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" };
+
+/** A planner and the function applying its scripts in a namespace, for one mode. */
+function backendOf(mode: Mode, cluster: SyntheticCluster, ns: string): {
+  planner: Planner;
+  apply: (script: string) => Promise<void>;
+} {
+  const config = benchConfig(cluster, { mode: mode === "nft" ? "nft" : "iptables" });
+  if (mode === "nft") {
+    return { planner: new NftPlanner(config), apply: (s) => applyNft(s, { netns: ns }) };
+  }
+  const backend = mode.slice("iptables-".length) as IptablesBackend;
+  return {
+    planner: new IptablesPlanner(config),
+    apply: (s) => applyIptables(s, { netns: ns, backend, timeoutMs: APPLY_TIMEOUT_MS }),
+  };
+}
+
+interface RunResult {
+  cold?: { total: number; render: number; apply: number; bytes: number };
+  noop?: { median: number; nonEmpty: number };
+  incremental?: { total: number; render: number; bytes: number };
+  resync?: { total: number; render: number; bytes: number };
+}
+
+/** Runs every selected measurement; returns one line per measurement, mode and size. */
+export async function runIptablesScale(options: IptablesScaleOptions): Promise<Measurement[]> {
+  await cleanupStale("knp-bench-");
+  const lines: Measurement[] = [];
+  for (const size of options.sizes) {
+    const cluster = generateCluster({ services: size, endpoints: options.endpoints });
+    const events = clusterEvents(cluster);
+    for (const mode of options.modes) {
+      const results: RunResult[] = [];
+      const kernelRuns = [...options.only].some((s) => s !== "dataplane");
+      for (let r = 0; kernelRuns && r < options.runs; r++) {
+        results.push(await oneRun(mode, cluster, events, options, r));
+        const c = results.at(-1)!.cold;
+        options.progress(
+          `${mode} ${size}x${options.endpoints} run ${r + 1}/${options.runs}` +
+            (c ? `: cold start ${Math.round(c.total)} ms (apply ${Math.round(c.apply)} ms)` : ""),
+        );
+      }
+      const base = { services: size, endpoints: options.endpoints, mode };
+      const timed = (name: string, values: number[], extra: Measurement = {}): Measurement => {
+        const s = summarize(values);
+        return {
+          measurement: name,
+          ...base,
+          runs: values.length,
+          median_ms: round(s.median),
+          min_ms: round(s.min),
+          max_ms: round(s.max),
+          ...extra,
+        };
+      };
+      const pick = <T>(f: (r: RunResult) => T | undefined) =>
+        results.map(f).filter((v): v is T => v !== undefined);
+      const med = (values: number[]) => round(summarize(values).median);
+      const cold = pick((r) => r.cold);
+      if (cold.length > 0) {
+        lines.push(timed("cold_start", cold.map((c) => c.total), {
+          render_median_ms: med(cold.map((c) => c.render)),
+          apply_median_ms: med(cold.map((c) => c.apply)),
+          script_bytes: cold[0].bytes,
+        }));
+      }
+      const noop = pick((r) => r.noop);
+      if (noop.length > 0) {
+        lines.push(timed("noop", noop.map((n) => n.median), {
+          non_empty_plans: noop.reduce((n, x) => n + x.nonEmpty, 0),
+        }));
+      }
+      const inc = pick((r) => r.incremental);
+      if (inc.length > 0) {
+        lines.push(timed("incremental", inc.map((i) => i.total), {
+          render_median_ms: med(inc.map((i) => i.render)),
+          script_bytes: inc[0].bytes,
+        }));
+      }
+      const resync = pick((r) => r.resync);
+      if (resync.length > 0) {
+        lines.push(timed("full_resync", resync.map((x) => x.total), {
+          render_median_ms: med(resync.map((x) => x.render)),
+          script_bytes: resync[0].bytes,
+        }));
+      }
+      if (options.only.has("dataplane")) {
+        lines.push(...await dataPlane(mode, cluster, options));
+      }
+    }
+  }
+  return lines;
+}
+
+async function oneRun(
+  mode: Mode,
+  cluster: SyntheticCluster,
+  events: readonly ObjectEvent[],
+  options: IptablesScaleOptions,
+  index: number,
+): Promise<RunResult> {
+  const result: RunResult = {};
+  const ns = `knp-bench-${shortId()}`;
+  await createNamespace(ns);
+  try {
+    const { planner, apply } = backendOf(mode, cluster, ns);
+    const state = loadState(cluster.nodeName, events);
+    let t = performance.now();
+    const plan = planner.plan(state, { full: true, changed: state.takeChanges().changed });
+    const render = performance.now() - t;
+    await apply(plan.script);
+    plan.commit();
+    result.cold = {
+      total: performance.now() - t,
+      render,
+      apply: performance.now() - t - render,
+      bytes: plan.script.length,
+    };
+    if (options.only.has("noop")) {
+      const times: number[] = [];
+      let nonEmpty = 0;
+      for (let i = 0; i < options.incrementalReps; i++) {
+        t = performance.now();
+        const changes = state.takeChanges();
+        const p = planner.plan(state, { full: changes.global, changed: changes.changed });
+        p.commit();
+        times.push(performance.now() - t);
+        if (p.script !== "") nonEmpty++;
+      }
+      result.noop = { median: summarize(times).median, nonEmpty };
+    }
+    if (options.only.has("incremental")) {
+      result.incremental = await incremental(cluster, state, { planner, apply }, {
+        reps: options.incrementalReps,
+        offset: index * 104_729,
+      });
+    }
+    if (options.only.has("resync")) {
+      t = performance.now();
+      const p = planner.plan(state, { full: true, changed: state.takeChanges().changed });
+      const r = performance.now() - t;
+      await apply(p.script);
+      p.commit();
+      result.resync = { total: performance.now() - t, render: r, bytes: p.script.length };
+    }
+  } finally {
+    await deleteNamespace(ns, { killProcesses: true });
+  }
+  return result;
+}
+
+async function incremental(
+  cluster: SyntheticCluster,
+  state: ProxyState,
+  proxy: { planner: Planner; apply: (script: string) => Promise<void> },
+  options: { reps: number; offset: number },
+): Promise<NonNullable<RunResult["incremental"]>> {
+  const current = new Map<number, RawObject>();
+  const totals: number[] = [];
+  const renders: number[] = [];
+  let bytes = 0;
+  for (let i = 0; i < options.reps; i++) {
+    const index = (options.offset + i * 7919) % cluster.options.services;
+    const before = current.get(index) ?? cluster.slices[index][0];
+    const after = withExtraEndpoint(before, extraEndpointIP(i));
+    current.set(index, after);
+    state.onEvent({ kind: "EndpointSlice", previous: before, current: after });
+    const t = performance.now();
+    const changes = state.takeChanges();
+    const plan = proxy.planner.plan(state, { full: changes.global, changed: changes.changed });
+    renders.push(performance.now() - t);
+    await proxy.apply(plan.script);
+    plan.commit();
+    totals.push(performance.now() - t);
+    bytes = plan.script.length;
+    if (plan.full || plan.script === "") throw new Error("an endpoint change was not partial");
+  }
+  return { total: summarize(totals).median, render: summarize(renders).median, bytes };
+}
+
+/** The data-plane target: the topology's pods behind 10.96.0.10:80, sorted last. */
+function targetEvents(topo: Topology): ObjectEvent[] {
+  const objects = [
+    service({
+      namespace: "zz-bench",
+      name: "target",
+      clusterIPs: [TARGET_IP],
+      ports: [{ name: "http", port: TARGET_PORT, targetPort: POD_PORT }],
+    }),
+    endpointSlice({
+      namespace: "zz-bench",
+      name: "target-0",
+      service: "target",
+      ports: [{ name: "http", port: POD_PORT }],
+      endpoints: topo.pods.map((p) => ({ ip: p.ip4, nodeName: topo.node.name })),
+    }),
+  ];
+  return [
+    { kind: "Service", current: objects[0] },
+    { kind: "EndpointSlice", current: objects[1] },
+  ];
+}
+
+async function dataPlane(
+  mode: Mode,
+  cluster: SyntheticCluster,
+  options: IptablesScaleOptions,
+): Promise<Measurement[]> {
+  const small = generateCluster({ ...cluster.options, services: 10 });
+  const topologies: Topology[] = [];
+  try {
+    for (let i = 0; i < 2; i++) topologies.push(await createTopology({ ipv6: false }));
+    for (const [i, c] of [small, cluster].entries()) {
+      const topo = topologies[i];
+      const tune = await topo.exec(topo.client.ns, [
+        "sysctl",
+        "-q",
+        "-w",
+        "net.ipv4.tcp_tw_reuse=1",
+        "net.ipv4.ip_local_port_range=1024 65535",
+      ]);
+      if (tune.code !== 0) throw new Error(`cannot tune the client: ${tune.stderr}`);
+      const state = loadState(c.nodeName, [...clusterEvents(c), ...targetEvents(topo)]);
+      const { planner, apply } = backendOf(mode, c, topo.node.ns);
+      const t = performance.now();
+      const plan = planner.plan(state, { full: true, changed: state.takeChanges().changed });
+      await apply(plan.script);
+      plan.commit();
+      options.progress(
+        `${mode} data plane: ${c.options.services} services loaded in ${
+          Math.round(performance.now() - t)
+        } ms`,
+      );
+    }
+    const samples: number[][] = [[], []];
+    const failures = [0, 0];
+    const ratios: number[] = [];
+    const perRound = Math.max(10, Math.ceil(options.connections / LATENCY_ROUNDS));
+    for (let r = 0; r < LATENCY_ROUNDS; r++) {
+      const medians = [NaN, NaN];
+      for (const i of r % 2 === 0 ? [0, 1] : [1, 0]) {
+        const report = await connectRound(topologies[i], perRound);
+        samples[i].push(...report.samplesUs);
+        failures[i] += report.attempts - report.samplesUs.length;
+        if (report.samplesUs.length > 0) medians[i] = summarize(report.samplesUs).median;
+      }
+      ratios.push(medians[1] / medians[0]);
+    }
+    const lines: Measurement[] = [small, cluster].map((c, i) => {
+      const s = summarize(samples[i].length > 0 ? samples[i] : [NaN]);
+      return {
+        measurement: "dataplane_connect",
+        services: c.options.services,
+        endpoints: options.endpoints,
+        mode,
+        runs: LATENCY_ROUNDS,
+        median_ms: round(s.median / 1000, 3),
+        p90_ms: round(s.p90 / 1000, 3),
+        connections: samples[i].length,
+        failures: failures[i],
+      };
+    });
+    const paired = summarize(ratios.map((r) => Number.isNaN(r) ? Infinity : r));
+    lines.push({
+      measurement: "dataplane_connect_ratio",
+      services: cluster.options.services,
+      endpoints: options.endpoints,
+      mode,
+      runs: LATENCY_ROUNDS,
+      ratio_median: round(paired.median, 3),
+      ratio_min: round(paired.min, 3),
+      ratio_max: round(paired.max, 3),
+      target_position: mode === "nft" ? "map lookup" : "last rule of KUBE-SERVICES",
+    });
+    return lines;
+  } finally {
+    await Promise.allSettled(topologies.map((t) => t.cleanup()));
+  }
+}
+
+async function connectRound(topo: Topology, connections: number): Promise<ConnectReport> {
+  const argv = commandLine([
+    "nice",
+    "-n",
+    "-15",
+    Deno.execPath(),
+    "run",
+    "--no-config",
+    "--no-lock",
+    "--allow-net",
+    CONNECT_PROBE,
+    `${TARGET_IP}:${TARGET_PORT}`,
+    "--count",
+    `${connections}`,
+    "--warmup",
+    "20",
+  ], topo.client.ns);
+  const result = await run(argv, { timeoutMs: 120_000, env: DENO_ENV });
+  const last = result.stdout.trim().split("\n").at(-1) ?? "";
+  if (result.code !== 0 || !last.startsWith("{")) {
+    throw new Error(`the connect probe failed (exit ${result.code}): ${result.stderr.trim()}`);
+  }
+  return JSON.parse(last) as ConnectReport;
+}
+
+/** One line of text for a measurement (`--json` prints the object instead). */
+export function formatMeasurement(m: Measurement): string {
+  return Object.entries(m).map(([k, v]) => `${k}=${v}`).join(" ");
+}
+
+function listOf<T extends string>(allowed: readonly T[], what: string) {
+  return (value: string): T[] => {
+    const items = value.split(",").map((s) => s.trim()).filter((s) => s !== "");
+    for (const item of items) {
+      if (!allowed.includes(item as T)) {
+        throw new Error(`unknown ${what} ${item}: must be one of ${allowed.join(", ")}`);
+      }
+    }
+    return items as T[];
+  };
+}
+
+if (import.meta.main) {
+  const program = new Command()
+    .name("iptables_scale")
+    .description("iptables-mode scale benchmark beside nft mode (as root)")
+    .option("--services <list>", "cluster sizes, comma-separated", "10,10000")
+    .option("--endpoints <n>", "endpoints per service", integerIn(0, 1000), 10)
+    .option("--runs <n>", "runs per mode and size, each in a fresh namespace", integerIn(1, 50), 5)
+    .option("--modes <list>", `modes: ${MODES.join(",")}`, MODES.join(","))
+    .option("--only <list>", `sections: ${SECTIONS.join(",")}`, SECTIONS.join(","))
+    .option(
+      "--incremental-reps <n>",
+      "endpoint changes and no-op syncs per run",
+      integerIn(1, 500),
+      10,
+    )
+    .option("--connections <n>", "data-plane connections per side", integerIn(100, 20_000), 4000)
+    .option("--json", "one JSON object per line");
+  program.parse();
+  const flags = program.opts();
+  const support = await canUseNetns();
+  if (!support.ok) {
+    console.error(`iptables_scale: ${support.reason}`);
+    Deno.exit(2);
+  }
+  const lines = await runIptablesScale({
+    sizes: flags.services.split(",").map((s) => integerIn(1, 100_000)(s.trim())),
+    endpoints: flags.endpoints,
+    runs: flags.runs,
+    modes: listOf(MODES, "mode")(flags.modes),
+    only: new Set(listOf(SECTIONS, "section")(flags.only)),
+    incrementalReps: flags.incrementalReps,
+    connections: flags.connections,
+    progress: (line) => console.error(line),
+  });
+  for (const m of lines) console.log(flags.json ? JSON.stringify(m) : formatMeasurement(m));
+}
