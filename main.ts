@@ -22,6 +22,14 @@ import { runConntrackCleanup } from "./src/apply/conntrack.ts";
 import { applyNft, deleteTables } from "./src/apply/nft.ts";
 import { createLogger } from "./src/log.ts";
 import { NftPlanner } from "./src/render/nft/planner.ts";
+import { IptablesPlanner } from "./src/render/iptables/planner.ts";
+import {
+  afterFirstApply,
+  cleanupIptables,
+  IptablesApplier,
+  readConntrackTCPLiberal,
+  removeOtherMode,
+} from "./src/apply/iptables.ts";
 import { cleanStaleAffinity } from "./src/apply/affinity.ts";
 import { localInterfaceAddresses } from "./src/server/health_check_ports.ts";
 import { runProxy } from "./src/runner/proxy.ts";
@@ -52,15 +60,11 @@ export async function main(args: readonly string[]): Promise<number> {
     await deleteTables(config.tableName, nft);
     log.info(`removed tables ip/ip6 ${config.tableName}`);
   }
-  if (actions.cleanupIptables) {
-    log.error("--cleanup-iptables is not available yet (the iptables mode is being built)");
-    return 2;
+  if (actions.cleanupIptables || (actions.cleanup && config.mode === "iptables")) {
+    await cleanupIptables();
+    log.info("removed the KUBE-* chains and their jump rules (iptables-nft and iptables-legacy)");
   }
-  if (actions.cleanup) return 0;
-  if (config.mode !== "nft") {
-    log.error("--mode=iptables is not available yet; use --mode=nft");
-    return 2;
-  }
+  if (actions.cleanup || actions.cleanupIptables) return 0;
   log.info(`kube-nftproxy ${VERSION} starting: mode ${config.mode}, node "${config.hostname}"`);
   const controller = new AbortController();
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
@@ -68,7 +72,16 @@ export async function main(args: readonly string[]): Promise<number> {
   }
   const encoder = new TextEncoder();
   const warn = (line: string) => log.warn(line);
-  const planner = new NftPlanner(config);
+  const nftPlanner = config.mode === "nft" ? new NftPlanner(config) : undefined;
+  const planner = nftPlanner ??
+    new IptablesPlanner(config, { conntrackTCPLiberal: await readConntrackTCPLiberal() });
+  const iptables = new IptablesApplier({ backend: "auto", log: (line) => log.info(line) });
+  // The first successful sync also removes the other mode's rules (switching modes).
+  const applyRules = afterFirstApply(
+    config.mode === "nft" ? (script) => applyNft(script, nft) : (script) => iptables.apply(script),
+    () => removeOtherMode(config.mode, { tableName: config.tableName, nftPath: nft.nftPath }),
+    (err) => log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`),
+  );
   try {
     return await runProxy({
       config,
@@ -84,11 +97,11 @@ export async function main(args: readonly string[]): Promise<number> {
       planner,
       apply: actions.dryRun
         ? async (script) => void await Deno.stdout.write(encoder.encode(script))
-        : (script) => applyNft(script, nft),
+        : applyRules,
       conntrackCleanup: actions.dryRun ? undefined : (commands) => runConntrackCleanup(commands),
-      affinityCleanup: actions.dryRun
+      affinityCleanup: actions.dryRun || nftPlanner === undefined
         ? undefined
-        : () => cleanStaleAffinity(planner, { table: config.tableName, ...nft }),
+        : () => cleanStaleAffinity(nftPlanner, { table: config.tableName, ...nft }),
       localAddresses: localInterfaceAddresses,
     }, { once: actions.once, signal: controller.signal });
   } catch (err) {

@@ -1,6 +1,6 @@
 /**
  * The data-plane semantics suite in iptables mode: the same table of packet-flow cases as the
- * nft suite (`flowCases`, `checkFlow` from semantics_test.ts), through the rules the proxy
+ * nft suite (`flowCases`, `checkFlow` from semantics_cases.ts), through the rules the proxy
  * programs with `iptables-restore`, with the iptables-nft and the iptables-legacy back ends.
  *
  * Importing semantics_test.ts also registers its nft tests in this file's run until the cases
@@ -12,7 +12,7 @@ import { createTopology, type Topology } from "../netns/topology.ts";
 import type { IptablesBackend } from "../../src/apply/iptables.ts";
 import { startIptablesProxy } from "./iptables_harness.ts";
 import { ADDR, semanticsCluster } from "./semantics_cluster.ts";
-import { checkFlow, type FlowCase, flowCases } from "./semantics_test.ts";
+import { checkFlow, type FlowCase, flowCases } from "./semantics_cases.ts";
 
 const gate = await netnsTestGate();
 
