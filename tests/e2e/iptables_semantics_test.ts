@@ -12,22 +12,9 @@ import { createTopology, type Topology } from "../netns/topology.ts";
 import type { IptablesBackend } from "../../src/apply/iptables.ts";
 import { startIptablesProxy } from "./iptables_harness.ts";
 import { ADDR, semanticsCluster } from "./semantics_cluster.ts";
-import { checkFlow, type FlowCase, flowCases } from "./semantics_cases.ts";
+import { checkAll, type FlowCase, flowCases } from "./semantics_cases.ts";
 
 const gate = await netnsTestGate();
-
-/** Runs every case; collects all failures so one run shows every broken behaviour. */
-async function checkAll(topo: Topology, cases: FlowCase[]): Promise<void> {
-  const failures: string[] = [];
-  for (const c of cases) {
-    try {
-      await checkFlow(topo, c);
-    } catch (err) {
-      failures.push(`✗ ${(err as Error).message}`);
-    }
-  }
-  assert.equal(failures.length, 0, `\n${failures.join("\n")}`);
-}
 
 async function withProxy(
   options: { args?: string[]; backend?: IptablesBackend },
