@@ -31,6 +31,7 @@ import {
   removeOtherMode,
 } from "./src/apply/iptables.ts";
 import { cleanStaleAffinity } from "./src/apply/affinity.ts";
+import { nftRulesIntact } from "./src/apply/nft_watch.ts";
 import { localInterfaceAddresses } from "./src/server/health_check_ports.ts";
 import { runProxy } from "./src/runner/proxy.ts";
 import { ApiConfigError, ApiSource } from "./src/source/api_source.ts";
@@ -103,6 +104,9 @@ export async function main(args: readonly string[]): Promise<number> {
         ? undefined
         : () => cleanStaleAffinity(nftPlanner, { table: config.tableName, ...nft }),
       localAddresses: localInterfaceAddresses,
+      rulesIntact: actions.dryRun || nftPlanner === undefined
+        ? undefined
+        : () => nftRulesIntact(config.tableName, nft),
     }, { once: actions.once, signal: controller.signal });
   } catch (err) {
     if (!(err instanceof ApiConfigError)) throw err;

@@ -60,6 +60,13 @@ export interface ProxyParts {
    * dry-run mode.
    */
   readonly affinityCleanup?: () => Promise<number>;
+  /**
+   * Checks that the kernel still holds our rules (e.g. {@link nftRulesIntact}); when it says no
+   * after a successful sync, the next sync recreates everything at once. Omitted: no check.
+   */
+  readonly rulesIntact?: () => Promise<boolean>;
+  /** How often {@link rulesIntact} runs, in ms. Default 1000. */
+  readonly rulesCheckIntervalMs?: number;
   /** This node's interface addresses, read before each sync (CIDR `nodePortAddresses`). */
   readonly localAddresses?: () => readonly string[] | undefined;
   /**
@@ -135,7 +142,19 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
   }
 
   const servers: HttpServer[] = [];
+  const stopWatch = watchRules(parts, {
+    clock,
+    log,
+    ready: () => loop.lastSuccessAt !== undefined,
+    restore: () => {
+      daemon.metrics.rulesRestored();
+      planner.reset();
+      loop.requestFullSync();
+      holder.runner?.run();
+    },
+  });
   const shutdown = async () => {
+    stopWatch();
     await holder.runner?.stop();
     await source.stop();
     await Promise.allSettled([...servers.map((s) => s.close()), daemon.serviceHealth.close()]);
@@ -169,6 +188,40 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
   log.info("shutting down; rules stay in the kernel");
   await shutdown();
   return 0;
+}
+
+/**
+ * Runs `parts.rulesIntact` every `rulesCheckIntervalMs` once a sync has succeeded; calls
+ * `restore` when the rules are gone (self-healing after `nft flush ruleset` and the like).
+ * Returns a function that stops it.
+ */
+function watchRules(
+  parts: ProxyParts,
+  context: { clock: Clock; log: Logger; ready: () => boolean; restore: () => void },
+): () => void {
+  const check = parts.rulesIntact;
+  if (check === undefined) return () => {};
+  const { clock, log } = context;
+  const interval = parts.rulesCheckIntervalMs ?? 1000;
+  let timer: number | undefined;
+  let stopped = false;
+  const tick = async () => {
+    if (stopped) return;
+    try {
+      if (context.ready() && !(await check())) {
+        log.warn("our rules were removed or flushed by someone else; restoring them now");
+        context.restore();
+      }
+    } catch (err) {
+      log.warn(`cannot check our rules: ${(err as Error).message}`);
+    }
+    if (!stopped) timer = clock.setTimeout(tick, interval);
+  };
+  timer = clock.setTimeout(tick, interval);
+  return () => {
+    stopped = true;
+    if (timer !== undefined) clock.clearTimeout(timer);
+  };
 }
 
 /** The daemon's health, metrics and health-check ports. */

@@ -133,6 +133,7 @@ export class ProxyMetrics {
   readonly #rejected: Counter<"kind" | "reason">;
   readonly #rejectionSeries = new Set<string>();
   readonly #conntrackDeleted: Counter;
+  readonly #rulesRestored: Counter;
   readonly #scriptBytes: Histogram;
 
   /** Creates and registers every metric of `options.mode` on a new registry. */
@@ -240,6 +241,10 @@ export class ProxyMetrics {
       "kubenftproxy_conntrack_entries_deleted_total",
       "Stale UDP conntrack entries deleted after endpoint changes",
     );
+    this.#rulesRestored = counter(
+      "kubenftproxy_rules_restored_total",
+      "Times our rules were found removed or flushed by someone else and restored",
+    );
     this.#scriptBytes = histogram(
       "kubenftproxy_sync_script_bytes",
       "Size in bytes of each script sent to the kernel",
@@ -312,6 +317,11 @@ export class ProxyMetrics {
   noLocalEndpoints(counts: { internal: number; external: number }): void {
     this.#noLocal.set({ traffic_policy: "internal" }, counts.internal);
     this.#noLocal.set({ traffic_policy: "external" }, counts.external);
+  }
+
+  /** Our rules were found removed or flushed by someone else; a restoring sync follows. */
+  rulesRestored(): void {
+    this.#rulesRestored.inc();
   }
 
   /** Stale conntrack entries were deleted after a sync. */

@@ -142,3 +142,18 @@ test("ClientIP affinity: a client stuck to a removed endpoint moves to a remaini
     await topo.cleanup();
   }
 });
+
+test("self-healing: after `nft flush ruleset` on the node, the rules come back by themselves", () =>
+  withProxy([], async (topo) => {
+    const target = `${ADDR.web}:80`;
+    assert.equal((await probe(topo, topo.client.ns, target))[0].outcome, "ok");
+    const flushed = await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]);
+    assert.equal(flushed.code, 0, flushed.stderr);
+    const started = Date.now();
+    let outcome = "";
+    while (Date.now() - started < 8_000 && outcome !== "ok") {
+      [{ outcome }] = await probe(topo, topo.client.ns, target, { timeoutMs: 300 });
+    }
+    assert.equal(outcome, "ok", "the service never came back");
+    console.log(`rules restored ${Date.now() - started} ms after the flush`);
+  }));
