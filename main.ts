@@ -17,6 +17,7 @@
  * @module
  */
 import { ConfigError } from "./src/config/config_error.ts";
+import { explainCommand } from "./src/explain/command.ts";
 import { helpText, parseCommandLine, toKubeProxyConfiguration } from "./src/config/flags.ts";
 import { runConntrackCleanup } from "./src/apply/conntrack.ts";
 import { applyNft, deleteTables } from "./src/apply/nft.ts";
@@ -40,6 +41,13 @@ import { VERSION } from "./src/version.ts";
 
 /** Runs the proxy with command-line arguments; resolves with the exit code. */
 export async function main(args: readonly string[]): Promise<number> {
+  if (args[0] === "explain") {
+    return await explainCommand(args.slice(1), {
+      readTextFile: (path) => Deno.readTextFile(path),
+      print: (text) => console.log(text),
+      printError: (line) => console.error(line),
+    });
+  }
   let commandLine;
   try {
     commandLine = await parseCommandLine(args);
