@@ -1,6 +1,8 @@
 /**
  * Running `nft`: applying a script as one transaction, checking one, listing and deleting our
- * tables. Scripts always go through stdin, never through a shell or a command line.
+ * tables. Scripts go to nft whole — through a private temporary file for applying (so a proxy
+ * killed mid-write can never hand nft half a script), through stdin for checks — never
+ * through a shell or a command line.
  *
  * A rejected script changes nothing in the kernel (nft applies a file as one transaction); the
  * error carries nft's stderr and the script line it complained about.
@@ -81,7 +83,7 @@ export async function runNft(
 }
 
 /**
- * Applies a script as one transaction (`nft -f -`). Throws {@link NftApplyError} naming the
+ * Applies a script as one transaction (`nft -f`, from a private temporary file). Throws {@link NftApplyError} naming the
  * failing line when nft refuses it; the kernel is then unchanged.
  *
  * @example
@@ -90,7 +92,16 @@ export async function runNft(
  * ```
  */
 export async function applyNft(script: string, options: NftRunnerOptions = {}): Promise<void> {
-  await runScript(["-f", "-"], script, options);
+  // Through a private file, not a pipe: if the proxy is killed while a 10 MB script is still
+  // being written into nft's stdin, nft sees end-of-file and would commit the part it got
+  // whenever the cut falls on a line boundary. A file is complete before nft starts.
+  const path = await Deno.makeTempFile({ prefix: "kube-nftproxy-", suffix: ".nft" });
+  try {
+    await Deno.writeTextFile(path, script);
+    await runScript(["-f", path], script, options, false);
+  } finally {
+    await Deno.remove(path).catch(() => {});
+  }
 }
 
 /** Checks a script without applying it (`nft -c -f -`). */
@@ -98,10 +109,15 @@ export async function checkNft(script: string, options: NftRunnerOptions = {}): 
   await runScript(["-c", "-f", "-"], script, options);
 }
 
-async function runScript(args: string[], script: string, options: NftRunnerOptions): Promise<void> {
-  const result = await runNft(args, { ...options, stdin: script });
+async function runScript(
+  args: string[],
+  script: string,
+  options: NftRunnerOptions,
+  viaStdin = true,
+): Promise<void> {
+  const result = await runNft(args, viaStdin ? { ...options, stdin: script } : options);
   if (result.code === 0) return;
-  const match = /(?:\/dev\/stdin|-):(\d+):/.exec(result.stderr);
+  const match = /(?:^|\n)[^\n:]*:(\d+):\d+/.exec(result.stderr);
   const line = match ? Number(match[1]) : 0;
   const scriptLine = line > 0 ? (script.split("\n")[line - 1] ?? "") : "";
   const firstError = result.stderr.split("\n").find((l) => l.includes("Error")) ??
