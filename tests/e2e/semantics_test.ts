@@ -8,6 +8,8 @@ import assert from "node:assert/strict";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe, type Topology } from "../netns/topology.ts";
 import { startProxy } from "./proxy_harness.ts";
+import { service } from "../fixtures/objects.ts";
+import { stringify } from "./yaml.ts";
 import { ADDR, NODE_PORTS, semanticsCluster } from "./semantics_cluster.ts";
 import { checkAll, type FlowCase, flowCases, type From } from "./semantics_cases.ts";
 
@@ -157,3 +159,50 @@ test("self-healing: after `nft flush ruleset` on the node, the rules come back b
     assert.equal(outcome, "ok", "the service never came back");
     console.log(`rules restored ${Date.now() - started} ms after the flush`);
   }));
+
+test("a proxy killed mid-sync leaves working rules; a restart converges and keeps flows", async () => {
+  gate.assertUsable();
+  const topo = await createTopology();
+  try {
+    const objects = semanticsCluster(topo);
+    const first = await startProxy(topo, objects);
+    const target = `${ADDR.web}:80`;
+    // An established UDP flow (fixed source port): conntrack keeps its endpoint.
+    const flow = { proto: "udp" as const, sourcePort: 40123, timeoutMs: 1000 };
+    const [before] = await probe(topo, topo.client.ns, target, flow);
+    assert.equal(before.outcome, "ok");
+    // Start a sync (a changed file) and kill the proxy without warning while it runs.
+    const changed = [...objects, service({ name: "late", clusterIPs: ["10.96.0.77"] })];
+    await Deno.writeTextFile(first.file, stringify(changed));
+    // The file source notices within ~100 ms (debounce) and syncs: kill around that moment.
+    await new Promise((r) => setTimeout(r, 110));
+    Deno.kill(first.process.pid, "SIGKILL");
+    await first.stop();
+    // Rules still work without any proxy: the flow keeps its endpoint, new connections land.
+    const during = await probe(topo, topo.client.ns, target, { ...flow, count: 5 });
+    assert.deepEqual(
+      during.map((r) => r.outcome === "ok" ? r.body : r.outcome),
+      Array(5).fill(
+        before.outcome === "ok" ? before.body : "",
+      ),
+    );
+    assert.equal((await probe(topo, topo.client.ns, target))[0].outcome, "ok");
+    // A restart converges (the late Service is served) and the flow is still on its endpoint.
+    const second = await startProxy(topo, changed);
+    try {
+      const [late] = await probe(topo, topo.client.ns, "10.96.0.77:80", { timeoutMs: 2000 });
+      assert.equal(late.outcome, "refused", "the late Service (no endpoints) is programmed");
+      const after = await probe(topo, topo.client.ns, target, { ...flow, count: 5 });
+      assert.deepEqual(
+        after.map((r) => r.outcome === "ok" ? r.body : r.outcome),
+        Array(5).fill(
+          before.outcome === "ok" ? before.body : "",
+        ),
+      );
+    } finally {
+      await second.stop();
+    }
+  } finally {
+    await topo.cleanup();
+  }
+});
