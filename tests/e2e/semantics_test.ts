@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe, type Topology } from "../netns/topology.ts";
 import { startProxy } from "./proxy_harness.ts";
-import { service } from "../fixtures/objects.ts";
+import { endpointSlice, service } from "../fixtures/objects.ts";
 import { stringify } from "./yaml.ts";
 import { ADDR, NODE_PORTS, semanticsCluster } from "./semantics_cluster.ts";
 import { checkAll, type FlowCase, flowCases, type From } from "./semantics_cases.ts";
@@ -160,13 +160,56 @@ test("self-healing: after `nft flush ruleset` on the node, the rules come back b
     console.log(`rules restored ${Date.now() - started} ms after the flush`);
   }));
 
+/** A TCP echo server (pod side) and a client that keeps one connection busy (client side). */
+const ECHO_SERVER = `
+const listener = Deno.listen({ port: 7777 });
+for await (const conn of listener) conn.readable.pipeTo(conn.writable).catch(() => {});`;
+const ECHO_CLIENT = (target: string, ms: number) => `
+const [hostname, port] = ${JSON.stringify(target)}.split(":");
+const conn = await Deno.connect({ hostname, port: Number(port) });
+const reader = conn.readable.getReader();
+const encoder = new TextEncoder();
+let trips = 0;
+const end = Date.now() + ${ms};
+try {
+  while (Date.now() < end) {
+    await conn.write(encoder.encode("ping"));
+    const timeout = setTimeout(() => { console.log(JSON.stringify({ trips, error: "stalled" })); Deno.exit(1); }, 2000);
+    const { done } = await reader.read();
+    clearTimeout(timeout);
+    if (done) throw new Error("closed");
+    trips++;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  console.log(JSON.stringify({ trips }));
+} catch (err) {
+  console.log(JSON.stringify({ trips, error: String(err) }));
+}`;
+
 test("a proxy killed mid-sync leaves working rules; a restart converges and keeps flows", async () => {
   gate.assertUsable();
   const topo = await createTopology();
   try {
-    const objects = semanticsCluster(topo);
+    const echo = [
+      service({ name: "echo", clusterIPs: ["10.96.0.78"], ports: [{ name: "tcp", port: 7777 }] }),
+      endpointSlice({
+        name: "echo-1",
+        service: "echo",
+        ports: [{ name: "tcp", port: 7777 }],
+        endpoints: [topo.pods[0].ip4],
+      }),
+    ];
+    const objects = [...semanticsCluster(topo), ...echo];
     const first = await startProxy(topo, objects);
     const target = `${ADDR.web}:80`;
+    // A long-lived TCP connection through a Service, busy for the whole crash and restart.
+    topo.startProcess(topo.pods[0].ns, [Deno.execPath(), "eval", ECHO_SERVER]);
+    await new Promise((r) => setTimeout(r, 500));
+    const client = topo.startProcess(topo.client.ns, [
+      Deno.execPath(),
+      "eval",
+      ECHO_CLIENT("10.96.0.78:7777", 4000),
+    ]);
     // An established UDP flow (fixed source port): conntrack keeps its endpoint.
     const flow = { proto: "udp" as const, sourcePort: 40123, timeoutMs: 1000 };
     const [before] = await probe(topo, topo.client.ns, target, flow);
@@ -199,6 +242,11 @@ test("a proxy killed mid-sync leaves working rules; a restart converges and keep
           before.outcome === "ok" ? before.body : "",
         ),
       );
+      await client.status;
+      const result = JSON.parse(client.output().trim().split("\n").pop()!);
+      assert.equal(result.error, undefined, client.output());
+      assert.ok(result.trips > 20, client.output());
+      console.log(`long-lived TCP connection: ${result.trips} round trips, none lost`);
     } finally {
       await second.stop();
     }
