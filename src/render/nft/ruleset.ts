@@ -235,13 +235,14 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     {
       kind: "map",
       name: NAMES.serviceIPs,
-      type: `type ${serviceKey} : verdict`,
+      // `counter`: each element counts the connections it dispatches (nat sees first packets).
+      type: `type ${serviceKey} : verdict; counter`,
       comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic",
     },
     {
       kind: "map",
       name: NAMES.serviceNodeports,
-      type: `type ${portKey} : verdict`,
+      type: `type ${portKey} : verdict; counter`,
       comment: "NodePort traffic",
     },
     {
