@@ -33,6 +33,11 @@ import {
 } from "./src/apply/iptables.ts";
 import { cleanStaleAffinity } from "./src/apply/affinity.ts";
 import { nftRulesIntact } from "./src/apply/nft_watch.ts";
+import {
+  nftServiceCounterReader,
+  type ServiceConnections,
+  ServiceCounters,
+} from "./src/apply/service_counters.ts";
 import { localInterfaceAddresses } from "./src/server/health_check_ports.ts";
 import { runProxy } from "./src/runner/proxy.ts";
 import { ApiConfigError, ApiSource } from "./src/source/api_source.ts";
@@ -115,12 +120,24 @@ export async function main(args: readonly string[]): Promise<number> {
       rulesIntact: actions.dryRun || nftPlanner === undefined
         ? undefined
         : () => nftRulesIntact(config.tableName, nft),
+      serviceConnections: actions.dryRun || nftPlanner === undefined
+        ? undefined
+        : serviceConnections(config.tableName, nft),
     }, { once: actions.once, signal: controller.signal });
   } catch (err) {
     if (!(err instanceof ApiConfigError)) throw err;
     log.error(`cannot load the Kubernetes API configuration: ${err.message}`);
     return 2;
   }
+}
+
+/** Per-service connection totals from the kernel's dispatch-map counters, read at each scrape. */
+function serviceConnections(
+  table: string,
+  nft: { nftPath?: string },
+): () => Promise<ServiceConnections[]> {
+  const counters = new ServiceCounters(nftServiceCounterReader(table, nft));
+  return () => counters.read();
 }
 
 function print(text: string): number {

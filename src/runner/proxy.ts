@@ -31,7 +31,12 @@ import {
   localInterfaceAddresses,
   ServiceHealthServer,
 } from "../server/health_check_ports.ts";
-import { metricsHandler, ProxyMetrics, serveMetrics } from "../server/metrics.ts";
+import {
+  metricsHandler,
+  ProxyMetrics,
+  serveMetrics,
+  type ServiceConnectionsSource,
+} from "../server/metrics.ts";
 import { type HttpServer, ServeError } from "../server/serve.ts";
 import type { Source } from "../source/events.ts";
 import { ProxyState } from "../tracker/proxy_state.ts";
@@ -76,6 +81,11 @@ export interface ProxyParts {
   readonly health?: ProxyHealth;
   /** The daemon's metrics. Default: new {@link ProxyMetrics}, served on `config.metricsBindAddress`. */
   readonly metrics?: ProxyMetrics;
+  /**
+   * Reads per-service-port connection totals at each metrics scrape (e.g.
+   * `ServiceCounters.read`); omitted: the counter has no series.
+   */
+  readonly serviceConnections?: ServiceConnectionsSource;
   /** Health-check node ports. Default: a {@link ServiceHealthServer} binding real sockets. */
   readonly serviceHealth?: ServiceHealthServer;
 }
@@ -235,9 +245,13 @@ function daemonParts(parts: ProxyParts, clock: Clock): DaemonParts {
   const { config, log } = parts;
   const health = parts.health ??
     new ProxyHealth({ healthTimeoutMs: healthTimeoutMs(config.syncPeriodMs), clock });
+  const metrics = parts.metrics ?? new ProxyMetrics({ mode: config.mode, clock });
+  if (parts.serviceConnections !== undefined) {
+    metrics.serviceConnectionsFrom(parts.serviceConnections);
+  }
   return {
     health,
-    metrics: parts.metrics ?? new ProxyMetrics({ mode: config.mode, clock }),
+    metrics,
     serviceHealth: parts.serviceHealth ?? new ServiceHealthServer({
       proxyHealthy: () => health.status().healthy,
       log: (line) => log.info(line),

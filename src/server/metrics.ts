@@ -85,6 +85,19 @@ export interface ProxyMetricsOptions {
   clock?: Clock;
 }
 
+/** One service port's new connections, for {@link ProxyMetrics.serviceConnectionsFrom}. */
+export interface ServiceConnectionsTotal {
+  readonly namespace: string;
+  readonly service: string;
+  /** The port's name, as in the Service. */
+  readonly port: string;
+  /** Connections since the proxy started; never decreases. */
+  readonly connections: number;
+}
+
+/** Reads every service port's connection total (called at each scrape). */
+export type ServiceConnectionsSource = () => Promise<readonly ServiceConnectionsTotal[]>;
+
 /** What one successful sync did, for {@link ProxyMetrics.syncDone}. */
 export interface SyncDone {
   /** A full sync (else partial). */
@@ -135,6 +148,8 @@ export class ProxyMetrics {
   readonly #conntrackDeleted: Counter;
   readonly #rulesRestored: Counter;
   readonly #scriptBytes: Histogram;
+  readonly #serviceConnections: Counter<"namespace" | "service" | "port">;
+  #serviceConnectionsSource: ServiceConnectionsSource | undefined;
 
   /** Creates and registers every metric of `options.mode` on a new registry. */
   constructor(options: ProxyMetricsOptions = {}) {
@@ -250,6 +265,21 @@ export class ProxyMetrics {
       "Size in bytes of each script sent to the kernel",
       SCRIPT_BYTES_BUCKETS,
     );
+    this.#serviceConnections = new Counter({
+      name: "kubenftproxy_service_connections_total",
+      help: "New connections dispatched to each service port, over all its entry points",
+      labelNames: ["namespace", "service", "port"] as const,
+      registers,
+      collect: () => this.#collectServiceConnections(),
+    });
+  }
+
+  /**
+   * Where {@link text} reads per-service connection totals at scrape time (e.g.
+   * `ServiceCounters.read`); totals must be monotonic. A failing source leaves the last values.
+   */
+  serviceConnectionsFrom(source: ServiceConnectionsSource): void {
+    this.#serviceConnectionsSource = source;
   }
 
   /**
@@ -350,6 +380,22 @@ export class ProxyMetrics {
   /** The content type of {@link text}. */
   get contentType(): string {
     return this.registry.contentType;
+  }
+
+  async #collectServiceConnections(): Promise<void> {
+    const counter = this.#serviceConnections;
+    const source = this.#serviceConnectionsSource;
+    if (source === undefined) return;
+    let totals: readonly ServiceConnectionsTotal[];
+    try {
+      totals = await source();
+    } catch {
+      return;
+    }
+    counter.reset();
+    for (const t of totals) {
+      counter.inc({ namespace: t.namespace, service: t.service, port: t.port }, t.connections);
+    }
   }
 
   #observeLatency(full: boolean, seconds: number): void {

@@ -258,3 +258,32 @@ Deno.test("serveMetrics() serves /metrics on loopback, and is disabled by an emp
     await server.close();
   }
 });
+
+Deno.test("ProxyMetrics.serviceConnectionsFrom() exposes each service port's connections at scrape time", async () => {
+  const metrics = new ProxyMetrics({ mode: "nft" });
+  let connections = 3;
+  metrics.serviceConnectionsFrom(() =>
+    Promise.resolve([{ namespace: "default", service: "web", port: "http", connections }])
+  );
+  const series =
+    'kubenftproxy_service_connections_total{namespace="default",service="web",port="http"}';
+  assert.equal(sample(await metrics.text(), series), 3);
+  connections = 5;
+  assert.equal(sample(await metrics.text(), series), 5);
+  assert.equal(typeOf(await metrics.text(), "kubenftproxy_service_connections_total"), "counter");
+});
+
+Deno.test("ProxyMetrics.serviceConnectionsFrom() keeps the last values when the source fails", async () => {
+  const metrics = new ProxyMetrics({ mode: "nft" });
+  let fail = false;
+  metrics.serviceConnectionsFrom(() =>
+    fail
+      ? Promise.reject(new Error("nft: no such table"))
+      : Promise.resolve([{ namespace: "default", service: "web", port: "", connections: 2 }])
+  );
+  const series =
+    'kubenftproxy_service_connections_total{namespace="default",service="web",port=""}';
+  assert.equal(sample(await metrics.text(), series), 2);
+  fail = true;
+  assert.equal(sample(await metrics.text(), series), 2);
+});

@@ -1,0 +1,162 @@
+/**
+ * Per-service new-connection counts read from the kernel: the `packets` counters of the
+ * `service-ips` and `service-nodeports` elements (declared with `counter`), summed per service
+ * port over entry points and families, and kept monotonic across element re-adds.
+ *
+ * The dispatch maps are looked up from the nat chains, which see only the first packet of a
+ * connection, so an element's packets are the connections it dispatched. Each element carries
+ * the comment `namespace/name:port` naming its service port.
+ *
+ * A re-added element (a full re-sync flushes the maps) starts again from 0: the collector
+ * notices a count lower than the last one read and adds the new count whole, so connections
+ * made between the last read and the re-add are lost, never counted twice.
+ *
+ * @example
+ * ```ts
+ * const counters = new ServiceCounters(nftServiceCounterReader("kube-nftproxy"));
+ * for (const c of await counters.read()) console.log(c.namespace, c.service, c.port, c.connections);
+ * ```
+ *
+ * @module
+ */
+import { type NftRunnerOptions, runNft } from "./nft.ts";
+import { NAMES } from "../render/nft/names.ts";
+
+/** One counted element of a dispatch map, as the kernel lists it. */
+export interface ElementCount {
+  /** `ip` or `ip6`. */
+  readonly family: string;
+  /** `service-ips` or `service-nodeports`. */
+  readonly map: string;
+  /** The element's key, as JSON text (tells entry points apart). */
+  readonly key: string;
+  /** The element's comment: `namespace/name:port`. */
+  readonly comment: string;
+  /** Packets the element's counter saw (new connections). */
+  readonly packets: number;
+}
+
+/** New connections of one service port, since the collector started. */
+export interface ServiceConnections {
+  readonly namespace: string;
+  readonly service: string;
+  /** The port's name, as in the element comment; empty for an unnamed port. */
+  readonly port: string;
+  readonly connections: number;
+}
+
+/** Reads the counted elements of every dispatch map (e.g. {@link nftServiceCounterReader}). */
+export type ElementCountReader = () => Promise<readonly ElementCount[]>;
+
+/** The maps whose elements count connections. */
+export const COUNTED_MAPS: readonly string[] = [NAMES.serviceIPs, NAMES.serviceNodeports];
+
+/**
+ * The counted elements of one `nft -j list map …` output. Elements without a counter or a
+ * `namespace/name:port` comment are skipped; malformed JSON throws.
+ *
+ * @example
+ * ```ts
+ * parseElementCounts(stdout); // [{ family: "ip", map: "service-ips", key: "…", comment: "default/web:http", packets: 3 }]
+ * ```
+ */
+export function parseElementCounts(json: string): ElementCount[] {
+  const out: ElementCount[] = [];
+  const doc = JSON.parse(json) as { nftables?: unknown[] };
+  for (const item of doc.nftables ?? []) {
+    const map = (item as { map?: { family?: string; name?: string; elem?: unknown[] } }).map;
+    if (map === undefined) continue;
+    for (const entry of map.elem ?? []) {
+      // A map element is [key, verdict]; the key is wrapped in {elem: {val, comment, counter}}.
+      const key = Array.isArray(entry) ? entry[0] : entry;
+      const elem = (key as {
+        elem?: { val?: unknown; comment?: string; counter?: { packets?: number } };
+      }).elem;
+      const packets = elem?.counter?.packets;
+      const comment = elem?.comment;
+      if (typeof packets !== "number" || comment === undefined || !parsePortComment(comment)) {
+        continue;
+      }
+      out.push({
+        family: map.family ?? "",
+        map: map.name ?? "",
+        key: JSON.stringify(elem?.val),
+        comment,
+        packets,
+      });
+    }
+  }
+  return out;
+}
+
+/**
+ * `namespace/name:port` (or `namespace/name` for an unnamed port, whose `port` is then empty)
+ * split into its parts, or undefined when it is not one.
+ */
+export function parsePortComment(
+  comment: string,
+): { namespace: string; service: string; port: string } | undefined {
+  const m = /^([^/:\s]+)\/([^/:\s]+)(?::(\S+))?$/.exec(comment);
+  return m ? { namespace: m[1], service: m[2], port: m[3] ?? "" } : undefined;
+}
+
+/**
+ * A reader of the kernel's counted elements in table `table` (both families, both dispatch
+ * maps), with one `nft -j` run per map. A map or table that does not exist reads as empty.
+ */
+export function nftServiceCounterReader(
+  table: string,
+  options: NftRunnerOptions = {},
+): ElementCountReader {
+  return async () => {
+    const lists = await Promise.all(
+      ["ip", "ip6"].flatMap((family) =>
+        COUNTED_MAPS.map((map) => runNft(["-j", "list", "map", family, table, map], options))
+      ),
+    );
+    return lists.flatMap((out) => out.code === 0 ? parseElementCounts(out.stdout) : []);
+  };
+}
+
+/**
+ * Turns kernel element counters into monotonic per-service-port totals (see module doc for
+ * what a re-add loses). Totals of service ports whose elements are gone are kept.
+ */
+export class ServiceCounters {
+  readonly #reader: ElementCountReader;
+  /** Last packets read per element. */
+  #last = new Map<string, number>();
+  /** Total per service-port comment. */
+  readonly #totals = new Map<string, number>();
+  #inFlight: Promise<ServiceConnections[]> | undefined;
+
+  /** Reads elements through `reader` on each {@link read}. */
+  constructor(reader: ElementCountReader) {
+    this.#reader = reader;
+  }
+
+  /**
+   * Reads the kernel and returns every service port's total, sorted by comment. Calls made
+   * while a read is in flight share it (two listings applied out of order would count twice).
+   */
+  read(): Promise<ServiceConnections[]> {
+    this.#inFlight ??= this.#read().finally(() => this.#inFlight = undefined);
+    return this.#inFlight;
+  }
+
+  async #read(): Promise<ServiceConnections[]> {
+    const elements = await this.#reader();
+    const seen = new Map<string, number>();
+    for (const e of elements) {
+      const id = `${e.family} ${e.map} ${e.key} ${e.comment}`;
+      const before = this.#last.get(id) ?? 0;
+      const delta = e.packets >= before ? e.packets - before : e.packets;
+      seen.set(id, e.packets);
+      this.#totals.set(e.comment, (this.#totals.get(e.comment) ?? 0) + delta);
+    }
+    this.#last = seen;
+    return [...this.#totals].sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0).map(
+      ([comment, connections]) => ({ ...parsePortComment(comment)!, connections }),
+    );
+  }
+}
