@@ -6,6 +6,7 @@
  * @module
  */
 import { stringify } from "./yaml.ts";
+import { cacheDependencies } from "./proxy_harness.ts";
 import type { RawObject } from "../../src/source/events.ts";
 import type { IPFamily } from "../../src/model/service_port.ts";
 import {
@@ -65,22 +66,6 @@ export function withoutComments(saved: string): string {
 }
 
 const ENTRY = new URL("./iptables_proxy_entry.ts", import.meta.url).pathname;
-let cached: Promise<void> | undefined;
-
-/** Caches the entry's dependencies once per test process (outside any namespace). */
-function cacheEntry(): Promise<void> {
-  cached ??= (async () => {
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["cache", "--quiet", ENTRY],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    if (!out.success) {
-      throw new Error(`deno cache failed: ${new TextDecoder().decode(out.stderr)}`);
-    }
-  })();
-  return cached;
-}
 
 /** A proxy in iptables mode running in the node namespace. */
 export interface RunningIptablesProxy {
@@ -109,7 +94,7 @@ export async function startIptablesProxy(
   objects: readonly RawObject[],
   options: StartIptablesProxyOptions = {},
 ): Promise<RunningIptablesProxy> {
-  await cacheEntry();
+  await cacheDependencies(ENTRY);
   const dir = await Deno.makeTempDir({ prefix: "knp-e2e-" });
   const file = `${dir}/cluster.yaml`;
   await Deno.writeTextFile(file, stringify(objects));

@@ -11,8 +11,8 @@ import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, type Topology } from "../netns/topology.ts";
 import type { IptablesBackend } from "../../src/apply/iptables.ts";
 import { startIptablesProxy } from "./iptables_harness.ts";
-import { ADDR, semanticsCluster } from "./semantics_cluster.ts";
-import { checkAll, type FlowCase, flowCases } from "./semantics_cases.ts";
+import { semanticsCluster } from "./semantics_cluster.ts";
+import { checkAll, DETECT_LOCAL_VARIANTS, flowCases, masqueradeCase } from "./semantics_cases.ts";
 
 const gate = await netnsTestGate();
 
@@ -42,16 +42,6 @@ for (const backend of ["nft", "legacy"] as const) {
     withProxy({ backend }, (topo) => checkAll(topo, flowCases(topo))));
 }
 
-const masqueradeCase = (
-  from: "client" | "pod-b",
-  source: "masqueraded" | "preserved",
-): FlowCase => ({
-  name: `${from} → a ClusterIP is ${source}`,
-  from,
-  to: `${ADDR.internalLocal}:80`,
-  expect: { reach: ["pod-a"], source },
-});
-
 test("iptables masquerade: masqueradeAll masquerades pods too", () =>
   withProxy({ args: ["--masquerade-all"] }, (topo) =>
     checkAll(topo, [
@@ -66,16 +56,7 @@ test("iptables masquerade: with no local-traffic detector, off-cluster clients k
       checkAll(topo, [masqueradeCase("client", "preserved"), masqueradeCase("pod-b", "preserved")]),
   ));
 
-for (
-  const [mode, args] of [
-    ["NodeCIDR", ["--detect-local-mode=NodeCIDR"]],
-    ["BridgeInterface", ["--detect-local-mode=BridgeInterface", "--pod-bridge-interface=knp-br0"]],
-    ["InterfaceNamePrefix", [
-      "--detect-local-mode=InterfaceNamePrefix",
-      "--pod-interface-name-prefix=knp-br",
-    ]],
-  ] as const
-) {
+for (const [mode, args] of DETECT_LOCAL_VARIANTS) {
   test(`iptables masquerade: detect-local ${mode} tells pods from off-cluster clients`, () =>
     withProxy({ args: [...args] }, (topo) =>
       checkAll(topo, [

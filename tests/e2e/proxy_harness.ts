@@ -16,21 +16,35 @@ import type { Topology } from "../netns/topology.ts";
 import { NODE_NAME, POD_CIDR_V4, POD_CIDR_V6 } from "../fixtures/ip_plan.ts";
 
 const MAIN = new URL("../../main.ts", import.meta.url).pathname;
-let cached: Promise<void> | undefined;
+const cached = new Map<string, Promise<void>>();
+
+/**
+ * Caches an entry point's dependencies once per test process (outside any namespace: a
+ * process inside one cannot reach the registry).
+ */
+export function cacheDependencies(entry: string): Promise<void> {
+  let done = cached.get(entry);
+  if (done === undefined) {
+    cached.set(
+      entry,
+      done = (async () => {
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: ["cache", "--quiet", entry],
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+        if (!out.success) {
+          throw new Error(`deno cache ${entry} failed: ${new TextDecoder().decode(out.stderr)}`);
+        }
+      })(),
+    );
+  }
+  return done;
+}
 
 /** Caches main.ts's dependencies once per test process (outside any namespace). */
 export function cacheProxyDependencies(): Promise<void> {
-  cached ??= (async () => {
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["cache", "--quiet", MAIN],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    if (!out.success) {
-      throw new Error(`deno cache main.ts failed: ${new TextDecoder().decode(out.stderr)}`);
-    }
-  })();
-  return cached;
+  return cacheDependencies(MAIN);
 }
 
 /** A proxy running in the node namespace. */

@@ -347,3 +347,23 @@ export async function checkAll(topo: Topology, cases: FlowCase[]): Promise<void>
   }
   assert.equal(failures.length, 0, `\n${failures.join("\n")}`);
 }
+
+/** The masquerade check used by every detect-local variant: a ClusterIP with one local pod. */
+export function masqueradeCase(from: From, source: "masqueraded" | "preserved"): FlowCase {
+  return {
+    name: `${from} → a ClusterIP is ${source}`,
+    from,
+    to: `${ADDR.internalLocal}:80`,
+    expect: { reach: ["pod-a"], source },
+  };
+}
+
+/** Local-traffic detectors other than the default, with the flags that select them. */
+export const DETECT_LOCAL_VARIANTS: readonly (readonly [string, readonly string[]])[] = [
+  ["NodeCIDR", ["--detect-local-mode=NodeCIDR"]],
+  ["BridgeInterface", ["--detect-local-mode=BridgeInterface", "--pod-bridge-interface=knp-br0"]],
+  ["InterfaceNamePrefix", [
+    "--detect-local-mode=InterfaceNamePrefix",
+    "--pod-interface-name-prefix=knp-br",
+  ]],
+];

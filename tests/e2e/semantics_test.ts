@@ -11,7 +11,7 @@ import { startProxy } from "./proxy_harness.ts";
 import { endpointSlice, service } from "../fixtures/objects.ts";
 import { stringify } from "./yaml.ts";
 import { ADDR, NODE_PORTS, semanticsCluster } from "./semantics_cluster.ts";
-import { checkAll, type FlowCase, flowCases, type From } from "./semantics_cases.ts";
+import { checkAll, DETECT_LOCAL_VARIANTS, flowCases, masqueradeCase } from "./semantics_cases.ts";
 
 const gate = await netnsTestGate();
 
@@ -36,13 +36,6 @@ const test = (name: string, fn: () => Promise<void>) =>
 test("nft data plane: every service behaviour, from clients, pods and the node", () =>
   withProxy([], (topo) => checkAll(topo, flowCases(topo))));
 
-const masqueradeCase = (from: From, source: "masqueraded" | "preserved"): FlowCase => ({
-  name: `${from} → a ClusterIP is ${source}`,
-  from,
-  to: `${ADDR.internalLocal}:80`,
-  expect: { reach: ["pod-a"], source },
-});
-
 test("masquerade: masqueradeAll masquerades pods too", () =>
   withProxy(
     ["--masquerade-all"],
@@ -60,16 +53,7 @@ test("masquerade: with no local-traffic detector, off-cluster clients keep their
       checkAll(topo, [masqueradeCase("client", "preserved"), masqueradeCase("pod-b", "preserved")]),
   ));
 
-for (
-  const [mode, args] of [
-    ["NodeCIDR", ["--detect-local-mode=NodeCIDR"]],
-    ["BridgeInterface", ["--detect-local-mode=BridgeInterface", "--pod-bridge-interface=knp-br0"]],
-    ["InterfaceNamePrefix", [
-      "--detect-local-mode=InterfaceNamePrefix",
-      "--pod-interface-name-prefix=knp-br",
-    ]],
-  ] as const
-) {
+for (const [mode, args] of DETECT_LOCAL_VARIANTS) {
   test(`masquerade: detect-local ${mode} tells pods from off-cluster clients`, () =>
     withProxy(
       [...args],
