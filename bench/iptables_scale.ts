@@ -32,8 +32,6 @@ import type { Planner } from "../src/render/nft/planner.ts";
 import { NftPlanner } from "../src/render/nft/planner.ts";
 import type { ObjectEvent, RawObject } from "../src/source/events.ts";
 import type { ProxyState } from "../src/tracker/proxy_state.ts";
-import { endpointSlice, service } from "../tests/fixtures/objects.ts";
-import { POD_PORT } from "../tests/fixtures/ip_plan.ts";
 import {
   canUseNetns,
   cleanupStale,
@@ -54,7 +52,7 @@ import {
 } from "./cluster.ts";
 import type { ConnectReport } from "./connect_probe.ts";
 import { round, summarize } from "./stats.ts";
-import { benchConfig, loadState } from "./state.ts";
+import { benchConfig, loadState, TARGET_IP, TARGET_PORT, targetObjects } from "./state.ts";
 
 /** How rules reach the kernel. */
 export const MODES = ["nft", "iptables-nft", "iptables-legacy"] as const;
@@ -84,8 +82,6 @@ export interface IptablesScaleOptions {
 
 /** Longest single apply before a run gives up. */
 const APPLY_TIMEOUT_MS = 300_000;
-const TARGET_IP = "10.96.0.10";
-const TARGET_PORT = 80;
 const LATENCY_ROUNDS = 10;
 const CONNECT_PROBE = fileURLToPath(new URL("./connect_probe.ts", import.meta.url));
 const DENO_ENV = { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" };
@@ -269,29 +265,6 @@ async function incremental(
   return { total: summarize(totals).median, render: summarize(renders).median, bytes };
 }
 
-/** The data-plane target: the topology's pods behind 10.96.0.10:80, sorted last. */
-function targetEvents(topo: Topology): ObjectEvent[] {
-  const objects = [
-    service({
-      namespace: "zz-bench",
-      name: "target",
-      clusterIPs: [TARGET_IP],
-      ports: [{ name: "http", port: TARGET_PORT, targetPort: POD_PORT }],
-    }),
-    endpointSlice({
-      namespace: "zz-bench",
-      name: "target-0",
-      service: "target",
-      ports: [{ name: "http", port: POD_PORT }],
-      endpoints: topo.pods.map((p) => ({ ip: p.ip4, nodeName: topo.node.name })),
-    }),
-  ];
-  return [
-    { kind: "Service", current: objects[0] },
-    { kind: "EndpointSlice", current: objects[1] },
-  ];
-}
-
 async function dataPlane(
   mode: Mode,
   cluster: SyntheticCluster,
@@ -311,7 +284,10 @@ async function dataPlane(
         "net.ipv4.ip_local_port_range=1024 65535",
       ]);
       if (tune.code !== 0) throw new Error(`cannot tune the client: ${tune.stderr}`);
-      const state = loadState(c.nodeName, [...clusterEvents(c), ...targetEvents(topo)]);
+      const state = loadState(c.nodeName, [
+        ...clusterEvents(c),
+        ...targetObjects(topo, "zz-bench"),
+      ]);
       const { planner, apply } = backendOf(mode, c, topo.node.ns);
       const t = performance.now();
       const plan = planner.plan(state, { full: true, changed: state.takeChanges().changed });

@@ -29,8 +29,6 @@ import { applyNft } from "../src/apply/nft.ts";
 import { NftPlanner } from "../src/render/nft/planner.ts";
 import type { ObjectEvent, RawObject } from "../src/source/events.ts";
 import type { ProxyState } from "../src/tracker/proxy_state.ts";
-import { endpointSlice, service } from "../tests/fixtures/objects.ts";
-import { POD_PORT } from "../tests/fixtures/ip_plan.ts";
 import {
   canUseNetns,
   cleanupStale,
@@ -53,7 +51,7 @@ import {
 import type { ConnectReport } from "./connect_probe.ts";
 import type { MemoryReport } from "./memory_probe.ts";
 import { round, summarize } from "./stats.ts";
-import { benchConfig, loadState } from "./state.ts";
+import { benchConfig, loadState, TARGET_IP, TARGET_PORT, targetObjects } from "./state.ts";
 
 /** Parts of a run that can be selected with `--only`. */
 export const SECTIONS = [
@@ -108,8 +106,6 @@ const TARGETS: Record<string, Record<string, number>> = {
 /** Longest a single `nft -f` may take before the benchmark gives up on it. */
 const APPLY_TIMEOUT_MS = 180_000;
 /** The data-plane target: a hand-made service in the first /24 of the service CIDR. */
-const TARGET_IP = "10.96.0.10";
-const TARGET_PORT = 80;
 const CONNECT_PROBE = fileURLToPath(new URL("./connect_probe.ts", import.meta.url));
 const MEMORY_PROBE = fileURLToPath(new URL("./memory_probe.ts", import.meta.url));
 const DENO_CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
@@ -454,29 +450,6 @@ async function memoryChild(options: ScaleOptions, ns: string): Promise<MemoryRep
     throw new Error(`the memory probe failed (exit ${result.code}): ${result.stderr.trim()}`);
   }
   return JSON.parse(last) as MemoryReport;
-}
-
-/** The hand-made service every data-plane round connects to: the topology's pods on 8080. */
-function targetObjects(topo: Topology): ObjectEvent[] {
-  const objects = [
-    service({
-      namespace: "bench",
-      name: "target",
-      clusterIPs: [TARGET_IP],
-      ports: [{ name: "http", port: TARGET_PORT, targetPort: POD_PORT }],
-    }),
-    endpointSlice({
-      namespace: "bench",
-      name: "target-0",
-      service: "target",
-      ports: [{ name: "http", port: POD_PORT }],
-      endpoints: topo.pods.map((p) => ({ ip: p.ip4, nodeName: topo.node.name })),
-    }),
-  ];
-  return [
-    { kind: "Service", current: objects[0] },
-    { kind: "EndpointSlice", current: objects[1] },
-  ];
 }
 
 /** A proxy's state and planner for a cluster plus the data-plane target. */

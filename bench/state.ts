@@ -10,6 +10,42 @@ import { type Config, DEFAULT_CONFIG } from "../src/config/config.ts";
 import type { ObjectEvent } from "../src/source/events.ts";
 import { ProxyState } from "../src/tracker/proxy_state.ts";
 import { BENCH_POD_CIDR, type SyntheticCluster } from "./cluster.ts";
+import { endpointSlice, service } from "../tests/fixtures/objects.ts";
+import { POD_PORT } from "../tests/fixtures/ip_plan.ts";
+import type { Topology } from "../tests/netns/topology.ts";
+
+/** The service every data-plane measurement connects to. */
+export const TARGET_IP = "10.96.0.10";
+/** Its port. */
+export const TARGET_PORT = 80;
+
+/**
+ * The hand-made service the data-plane rounds connect to: the topology's pods behind
+ * {@link TARGET_IP}:{@link TARGET_PORT}, in `namespace` (its key decides where it sorts).
+ */
+export function targetObjects(topo: Topology, namespace = "bench"): ObjectEvent[] {
+  return [
+    {
+      kind: "Service",
+      current: service({
+        namespace,
+        name: "target",
+        clusterIPs: [TARGET_IP],
+        ports: [{ name: "http", port: TARGET_PORT, targetPort: POD_PORT }],
+      }),
+    },
+    {
+      kind: "EndpointSlice",
+      current: endpointSlice({
+        namespace,
+        name: "target-0",
+        service: "target",
+        ports: [{ name: "http", port: POD_PORT }],
+        endpoints: topo.pods.map((p) => ({ ip: p.ip4, nodeName: topo.node.name })),
+      }),
+    },
+  ];
+}
 
 /** The configuration a proxy on the synthetic cluster's node would run with. */
 export function benchConfig(cluster: SyntheticCluster, overrides: Partial<Config> = {}): Config {
