@@ -22,6 +22,7 @@ import { helpText, parseCommandLine, toKubeProxyConfiguration } from "./src/conf
 import { runConntrackCleanup } from "./src/apply/conntrack.ts";
 import { applyNft, deleteTables } from "./src/apply/nft.ts";
 import { createLogger } from "./src/log.ts";
+import { dryRunNft, formatDryRun } from "./src/dryrun/dry_run.ts";
 import { NftPlanner } from "./src/render/nft/planner.ts";
 import { IptablesPlanner } from "./src/render/iptables/planner.ts";
 import {
@@ -96,8 +97,14 @@ export async function main(args: readonly string[]): Promise<number> {
     () => removeOtherMode(config.mode, { tableName: config.tableName, nftPath: nft.nftPath }),
     (err) => log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`),
   );
+  /** In a dry run, the script the sync would have sent. */
+  let planned = "";
+  const dryRunApply = async (script: string) => {
+    if (nftPlanner !== undefined) planned += script;
+    else await Deno.stdout.write(encoder.encode(script));
+  };
   try {
-    return await runProxy({
+    const code = await runProxy({
       config,
       log,
       source: config.fromFile !== ""
@@ -109,9 +116,7 @@ export async function main(args: readonly string[]): Promise<number> {
           log: (line) => log.info(line),
         }),
       planner,
-      apply: actions.dryRun
-        ? async (script) => void await Deno.stdout.write(encoder.encode(script))
-        : applyRules,
+      apply: actions.dryRun ? dryRunApply : applyRules,
       conntrackCleanup: actions.dryRun ? undefined : (commands) => runConntrackCleanup(commands),
       affinityCleanup: actions.dryRun || nftPlanner === undefined
         ? undefined
@@ -123,7 +128,12 @@ export async function main(args: readonly string[]): Promise<number> {
       serviceConnections: actions.dryRun || nftPlanner === undefined
         ? undefined
         : serviceConnections(config.tableName, nft),
-    }, { once: actions.once, signal: controller.signal });
+    }, { once: actions.once || actions.dryRun, signal: controller.signal });
+    if (code !== 0 || !actions.dryRun || nftPlanner === undefined) return code;
+    const report = await dryRunNft(planned, nft);
+    report.warnings.forEach((line) => log.warn(`${line}; diffing against an empty table`));
+    await Deno.stdout.write(encoder.encode(formatDryRun(report.diff, actions.output)));
+    return 0;
   } catch (err) {
     if (!(err instanceof ApiConfigError)) throw err;
     log.error(`cannot load the Kubernetes API configuration: ${err.message}`);

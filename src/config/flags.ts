@@ -41,8 +41,13 @@ export { toKubeProxyConfiguration } from "./kubeproxy_config.ts";
 export interface CommandLineActions {
   /** `--once`: one full sync, then exit. */
   once: boolean;
-  /** `--dry-run`: print the script instead of applying it. */
+  /**
+   * `--dry-run`: apply nothing; print the transaction that would bring the kernel's tables to
+   * the wanted state (one sync, then exit).
+   */
   dryRun: boolean;
+  /** `--output`: how `--dry-run` prints — an nft script (`text`) or JSON. */
+  output: "text" | "json";
   /** `--cleanup`: remove everything this proxy created, then exit. */
   cleanup: boolean;
   /** `--cleanup-iptables`: remove the KUBE-* iptables rules kube-proxy left, then exit. */
@@ -109,6 +114,7 @@ export async function parseCommandLine(
   const actions: CommandLineActions = {
     once: parseBooleanFlag("--once", flags.once),
     dryRun: parseBooleanFlag("--dry-run", flags.dryRun),
+    output: flags.output ?? "text",
     cleanup: parseBooleanFlag("--cleanup", flags.cleanup),
     cleanupIptables: parseBooleanFlag("--cleanup-iptables", flags.cleanupIptables),
     writeConfigTo: flags.writeConfigTo ?? "",
@@ -224,7 +230,18 @@ function buildProgram() {
       ),
     )
     .addOption(booleanFlag("--once", "do one full sync, then exit"))
-    .addOption(booleanFlag("--dry-run", "print the script instead of applying it"))
+    .addOption(
+      booleanFlag(
+        "--dry-run",
+        "apply nothing: read the kernel's tables and print the transaction the proxy would " +
+          "send to bring them to the wanted state (nft mode; in iptables mode, the whole " +
+          "iptables-restore input), then exit",
+      ),
+    )
+    .addOption(
+      new Option("--output <format>", "how --dry-run prints: text (an nft script) or json")
+        .choices(["text", "json"] as const),
+    )
     .addOption(booleanFlag("--cleanup", "remove everything this proxy created, then exit"))
     .addOption(
       new Option(

@@ -54,6 +54,7 @@ async function assertFails(promise: Promise<unknown>, message: string): Promise<
 const NO_ACTIONS = {
   once: false,
   dryRun: false,
+  output: "text",
   cleanup: false,
   cleanupIptables: false,
   writeConfigTo: "",
@@ -300,6 +301,7 @@ Deno.test("parseCommandLine() reports the actions asked for", async () => {
     "--dry-run=true",
     "--cleanup",
     "--cleanup-iptables=true",
+    "--output=json",
     "--write-config-to",
     "/tmp/kp.yaml",
   ]);
@@ -307,12 +309,14 @@ Deno.test("parseCommandLine() reports the actions asked for", async () => {
     ...NO_ACTIONS,
     once: true,
     dryRun: true,
+    output: "json",
     cleanup: true,
     cleanupIptables: true,
     writeConfigTo: "/tmp/kp.yaml",
   });
   assert.equal((await parse(["--cleanup=false"])).actions.cleanup, false);
   assert.equal((await parse(["--cleanup", "0"])).actions.cleanup, false);
+  await assert.rejects(parse(["--output=yaml"]), /--output.*yaml.*text, json|yaml.*not one of/i);
 });
 
 Deno.test("parseCommandLine() answers --help and --version without reading or validating", async () => {
@@ -472,6 +476,7 @@ const ALL_FLAGS = [
   "--from-file <path>",
   "--once [bool]",
   "--dry-run [bool]",
+  "--output <format>",
   "--cleanup [bool]",
   "--table-name <name>",
   "--proxy-mode <mode>",

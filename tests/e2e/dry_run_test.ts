@@ -1,0 +1,130 @@
+/**
+ * Spec of `--dry-run` on a live node: next to rules a proxy programmed, `main.ts --dry-run`
+ * prints the transaction that would bring the kernel to a changed cluster — and applies none
+ * of it. Applying what it printed builds exactly the tables the proxy itself programs for the
+ * changed cluster, after which a dry run has nothing left to say.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import { endpointSlice, node, service, serviceCIDR } from "../fixtures/objects.ts";
+import { createNamespace, deleteNamespace, netnsTestGate, run, shortId } from "../netns/netns.ts";
+import { cacheProxyDependencies } from "./proxy_harness.ts";
+import { stringify } from "./yaml.ts";
+import { applyNft } from "../../src/apply/nft.ts";
+import type { DryRunDiff } from "../../src/dryrun/table_diff.ts";
+import type { RawObject } from "../../src/source/events.ts";
+import { listTables, tableText } from "../property/cluster.ts";
+
+const gate = await netnsTestGate();
+const MAIN = new URL("../../main.ts", import.meta.url).pathname;
+
+function cluster(webEndpoints: string[], withOther: boolean): RawObject[] {
+  return [
+    node("node-a", { ips: ["192.168.50.2"] }),
+    serviceCIDR("kubernetes", ["10.96.0.0/16"]),
+    service({ name: "web", clusterIPs: ["10.96.0.10"] }),
+    endpointSlice({ name: "web-1", service: "web", endpoints: webEndpoints }),
+    ...(withOther
+      ? [
+        service({ name: "other", clusterIPs: ["10.96.0.20"] }),
+        endpointSlice({ name: "other-1", service: "other", endpoints: ["10.244.1.30"] }),
+      ]
+      : []),
+  ];
+}
+
+/** Runs main.ts in `ns` with the cluster in `file`; returns stdout (throws on failure). */
+async function proxy(ns: string, file: string, args: string[]): Promise<string> {
+  const out = await run([
+    Deno.execPath(),
+    "run",
+    "-A",
+    MAIN,
+    `--from-file=${file}`,
+    "--hostname-override=node-a",
+    "--cluster-cidr=10.244.0.0/16",
+    ...args,
+  ], { ns, timeoutMs: 60_000 });
+  assert.equal(out.code, 0, out.stderr);
+  return out.stdout;
+}
+
+Deno.test({
+  name:
+    "--dry-run on a live node prints the diff to the changed cluster, applies nothing, and its transaction builds what the proxy would",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    await cacheProxyDependencies();
+    const id = shortId();
+    const [live, reference] = [`knp-${id}-dry`, `knp-${id}-ref`];
+    const dir = await Deno.makeTempDir({ prefix: "knp-dry-" });
+    const before = `${dir}/before.yaml`;
+    const after = `${dir}/after.yaml`;
+    await Deno.writeTextFile(before, stringify(cluster(["10.244.1.11", "10.244.1.12"], true)));
+    // One more endpoint for web; the other service is gone.
+    await Deno.writeTextFile(
+      after,
+      stringify(cluster(["10.244.1.11", "10.244.1.12", "10.244.1.13"], false)),
+    );
+    try {
+      await createNamespace(live);
+      await createNamespace(reference);
+      await proxy(live, before, ["--once"]);
+      const programmed = tableText((await listTables(live)).get("ip kube-nftproxy"));
+
+      assert.match(await proxy(live, before, ["--dry-run"]), /^# no change: /m);
+
+      const text = await proxy(live, after, ["--dry-run"]);
+      assert.match(text, /^# ip kube-nftproxy: changed: /m);
+      assert.match(text, /^# ip6 kube-nftproxy: no change$/m);
+      assert.match(
+        text,
+        /^add element ip kube-nftproxy cluster-endpoints-tcp \{ 10\.96\.0\.10 \. tcp \. 80 \. 2 comment "default\/web:http" : 10\.244\.1\.13 \. 8080 \}$/m,
+      );
+      assert.match(
+        text,
+        /^delete element ip kube-nftproxy service-ips \{ .*10\.96\.0\.20 \. tcp \. 80\b/m,
+      );
+      assert.match(text, /^delete chain ip kube-nftproxy lb-tcp-2$/m, "web moves to lb-tcp-3");
+      assert.doesNotMatch(text, /^delete table/m, "changed in place, not recreated");
+
+      const json = JSON.parse(
+        await proxy(live, after, ["--dry-run", "--output=json"]),
+      ) as DryRunDiff;
+      const ip = json.tables.find((t) => t.family === "ip")!;
+      assert.equal(ip.state, "changed");
+      assert.ok(
+        ip.commands.some((c) =>
+          c.op === "add" && c.object === "element" && c.name === "cluster-endpoints-tcp" &&
+          c.items?.some((e) => e.includes("10.244.1.13"))
+        ),
+      );
+      assert.equal(json.script, text.split("\n").filter((l) => !l.startsWith("#")).join("\n"));
+
+      assert.equal(
+        tableText((await listTables(live)).get("ip kube-nftproxy")),
+        programmed,
+        "a dry run changes nothing in the kernel",
+      );
+
+      await applyNft(json.script, { netns: live });
+      await proxy(reference, after, ["--once"]);
+      const quirks = { ignoreProtocolDependency: true };
+      const [patched, fresh] = [
+        await listTables(live, quirks),
+        await listTables(reference, quirks),
+      ];
+      for (const table of ["ip kube-nftproxy", "ip6 kube-nftproxy"]) {
+        assert.equal(tableText(patched.get(table)), tableText(fresh.get(table)), table);
+      }
+      assert.match(await proxy(live, after, ["--dry-run"]), /^# no change: /m);
+    } finally {
+      await deleteNamespace(live);
+      await deleteNamespace(reference);
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
