@@ -10,6 +10,9 @@ import { get, getArray, getString, getStringMap, printable } from "./raw.ts";
 /** Label carrying a Node's zone. */
 export const ZONE_LABEL = "topology.kubernetes.io/zone";
 
+/** The cluster autoscaler's taint on a node it is about to delete. */
+export const TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler";
+
 /** This proxy's node, as far as rules depend on it. */
 export interface NodeInfo {
   readonly name: string;
@@ -19,7 +22,10 @@ export interface NodeInfo {
   readonly zone: string;
   /** `spec.podCIDRs` (or `spec.podCIDR`), canonical. */
   readonly podCIDRs: readonly string[];
-  /** The Node has a deletionTimestamp. */
+  /**
+   * The Node is going away: it has a deletionTimestamp, or the cluster autoscaler's
+   * {@link TO_BE_DELETED_TAINT} (load balancers should stop sending it new connections).
+   */
   readonly deleting: boolean;
 }
 
@@ -53,7 +59,10 @@ export function convertNode(raw: unknown): { node: NodeInfo; warnings: string[] 
       ips: Object.freeze(ips),
       zone: getStringMap(raw, ["metadata", "labels"])[ZONE_LABEL] ?? "",
       podCIDRs: Object.freeze(podCIDRs),
-      deleting: get(raw, "metadata", "deletionTimestamp") !== undefined,
+      deleting: get(raw, "metadata", "deletionTimestamp") !== undefined ||
+        (getArray(raw, ["spec", "taints"]) ?? []).some((t) =>
+          get(t, "key") === TO_BE_DELETED_TAINT
+        ),
     }),
   };
 }
