@@ -136,11 +136,24 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
     localAddresses: parts.localAddresses,
   });
 
+  /** Warns after the first sync (the Node is taken in with the changes) if there is none. */
+  let nodeChecked = false;
+  const warnIfNodeMissing = () => {
+    if (nodeChecked) return;
+    nodeChecked = true;
+    if (state.node !== null) return;
+    log.warn(
+      `no Node named "${config.hostname}" was listed: node ports have no node address to ` +
+        "answer on (unless nodePortAddresses lists CIDRs), and externalTrafficPolicy: Local and " +
+        "topology hints do not know this node; check --hostname-override",
+    );
+  };
   if (daemon === undefined) {
     await source.start(state);
     await listed;
     try {
       const outcome = await loop.sync();
+      warnIfNodeMissing();
       log.info(`synced ${state.services.size} service ports (${outcome.scriptBytes} bytes)`);
       return 0;
     } catch (err) {
@@ -177,7 +190,11 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
   }
   servers.push(...startServers(config, daemon, log));
 
-  const afterSync = syncObserver(state, loop, { ...daemon, parts, clock });
+  const observe = syncObserver(state, loop, { ...daemon, parts, clock });
+  const afterSync = async () => {
+    await observe();
+    warnIfNodeMissing();
+  };
   const runner = holder.runner = new BoundedFrequencyRunner(afterSync, {
     minIntervalMs: config.minSyncPeriodMs,
     maxIntervalMs: config.syncPeriodMs,

@@ -172,6 +172,24 @@ Deno.test("runProxy() answers /healthz 503 while the Node is being deleted, /liv
   await d.stop();
 });
 
+Deno.test("runProxy() warns once, naming the node, when no Node object for it was listed", async () => {
+  const missing = await startDaemon();
+  missing.source.handler!.onSynced();
+  await missing.clock.advanceAsync(0);
+  await missing.clock.advanceAsync(60_000);
+  const warnings = missing.logs.filter((l) => l.includes('no Node named "node-a"'));
+  assert.equal(warnings.length, 1, missing.logs.join("\n"));
+  assert.match(warnings[0], /--hostname-override/);
+  await missing.stop();
+
+  const present = await startDaemon();
+  present.source.add("Node", node("node-a", { ips: ["192.168.77.1"] }));
+  present.source.handler!.onSynced();
+  await present.clock.advanceAsync(0);
+  assert.equal(present.logs.filter((l) => l.includes("no Node named")).length, 0);
+  await present.stop();
+});
+
 Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejections and Local-policy gaps it saw", async () => {
   const d = await startDaemon();
   d.source.add("Service", web());
