@@ -386,8 +386,11 @@ export function renderServicePort(
       r.element(NAMES.firewallIPs, key);
       for (const range of ranges) r.element(NAMES.firewallAllow, `${key} . ${range}`);
       // Upstream: when the node is inside a range, traffic the node routes with the LB IP as
-      // its source (LB IP assigned locally) is allowed too.
-      if (nodeInRange) r.element(NAMES.firewallAllow, `${key} . ${lbIP}`);
+      // its source (LB IP assigned locally) is allowed too — unless a range holds it already
+      // (nft refuses an interval inside another one of the same set).
+      if (nodeInRange && !ranges.some((c) => cidrContains(c, lbIP))) {
+        r.element(NAMES.firewallAllow, `${key} . ${lbIP}`);
+      }
     }
   }
   return r.build();

@@ -349,3 +349,33 @@ Deno.test("NftPlanner gives two services claiming one entry point each endpoint 
   assert.deepEqual(elementsAfter(scripts), fresh(), "b keeps index 0, a's second endpoint stays");
   assert.equal(endpoints(elementsAfter(scripts)).length, 2);
 });
+
+Deno.test({
+  name:
+    "NftPlanner allows a load-balancer IP inside a source range once, when the node is in the range too, and the kernel accepts it",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    const state = new ProxyState({ hostname: "node-a", log: () => {} });
+    state.onEvent({ kind: "Node", current: node("node-a", { ips: ["192.168.0.10"] }) });
+    state.onEvent({
+      kind: "Service",
+      current: service({
+        name: "lb",
+        type: "LoadBalancer",
+        clusterIPs: ["10.96.0.20"],
+        ports: [{ name: "http", port: 80, nodePort: 30080 }],
+        spec: { loadBalancerSourceRanges: ["0.0.0.0/0"] },
+        status: { loadBalancer: { ingress: [{ ip: "10.96.0.30" }] } },
+      }),
+    });
+    const script = sync(state, new NftPlanner(config), true);
+    const allowed = script.split("\n").filter((l) =>
+      l.startsWith("add element ip kube-nftproxy firewall-allow ")
+    );
+    // The range holds the LB IP already: a second element for it would overlap (nft: exists).
+    assert.deepEqual(allowed, [
+      'add element ip kube-nftproxy firewall-allow { 10.96.0.30 . tcp . 80 . 0.0.0.0/0 comment "default/lb:http" }',
+    ]);
+    await withScratch((k) => k.load(script));
+  },
+});
