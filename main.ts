@@ -48,10 +48,24 @@ import { VERSION } from "./src/version.ts";
 /** Runs the proxy with command-line arguments; resolves with the exit code. */
 export async function main(args: readonly string[]): Promise<number> {
   if (args[0] === "explain") {
+    const nftPath = Deno.env.get("KUBE_NFTPROXY_NFT") || undefined;
     return await explainCommand(args.slice(1), {
       readTextFile: (path) => Deno.readTextFile(path),
       print: (text) => console.log(text),
       printError: (line) => console.error(line),
+      apiSource: (config) =>
+        new ApiSource({
+          kubeconfig: config.kubeconfig,
+          master: config.master,
+          hostname: config.hostname,
+          log: () => {},
+        }),
+      kernelDiff: async (script) => {
+        const report = await dryRunNft(script, { nftPath });
+        report.warnings.forEach((line) => console.error(`kube-nftproxy explain: ${line}`));
+        return report.diff;
+      },
+      localAddresses: localInterfaceAddresses,
     });
   }
   let commandLine;

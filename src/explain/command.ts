@@ -1,15 +1,21 @@
 /**
- * The `explain` command line: `main.ts explain --from ADDR --to ADDR:PORT/PROTO --from-file F
- * [proxy flags…] [--output text|json]`. Loads the cluster file into a proxy state, explains the
- * packet with {@link explainPacket} and formats the answer. I/O (reading the file, printing) is
- * passed in, so the command runs in tests without a process.
+ * The `explain` command line: `main.ts explain --from ADDR --to ADDR:PORT/PROTO [--from-file F]
+ * [--live] [proxy flags…] [--output text|json]`. Loads the cluster (a file, or the API server as
+ * the proxy would) into a proxy state, explains the packet with {@link explainPacket} and formats
+ * the answer; with `--live` it also says whether the node's kernel holds those rules for this
+ * packet. I/O (reading the file, the API, the kernel, printing) is passed in, so the command
+ * runs in tests without a process.
  *
  * @module
  */
 import type { Config } from "../config/config.ts";
 import { parseCommandLine } from "../config/flags.ts";
+import type { DryRunDiff } from "../dryrun/table_diff.ts";
+import { NftPlanner } from "../render/nft/planner.ts";
+import type { Source } from "../source/events.ts";
 import { parseClusterFile } from "../source/file_source.ts";
 import { ProxyState } from "../tracker/proxy_state.ts";
+import { formatAgreement, type KernelAgreement, kernelAgreement } from "./live.ts";
 import {
   canonicalAddress,
   type ExplainInput,
@@ -25,13 +31,23 @@ export interface ExplainIO {
   print(text: string): void;
   /** Writes one line to standard error. */
   printError(line: string): void;
+  /** The API server as a source (without `--from-file`). Absent: a cluster file is required. */
+  apiSource?(config: Config): Source;
+  /** Diffs the kernel's tables against a full-sync script (`--live`). */
+  kernelDiff?(script: string): Promise<DryRunDiff>;
+  /** This node's interface addresses (`--live`: CIDR `nodePortAddresses`, as the proxy sees). */
+  localAddresses?(): readonly string[] | undefined;
 }
+
+/** How long the API server may take to list the cluster. */
+const LIST_TIMEOUT_MS = 30_000;
 
 /** The command's own flags, taken out before the proxy flags are parsed. */
 interface ExplainFlags {
   from: string;
   to: string;
   output: string;
+  live: boolean;
   rest: string[];
 }
 
@@ -40,10 +56,13 @@ const OWN_FLAGS = ["--from", "--to", "--output"] as const;
 function splitFlags(args: readonly string[]): ExplainFlags {
   const own = new Map<string, string>();
   const rest: string[] = [];
+  let live = false;
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
     const flag = OWN_FLAGS.find((f) => arg === f || arg.startsWith(`${f}=`));
-    if (flag === undefined) {
+    if (arg === "--live" || arg === "--live=true") live = true;
+    else if (arg === "--live=false") live = false;
+    else if (flag === undefined) {
       rest.push(arg);
     } else if (arg === flag) {
       if (i + 1 >= args.length) throw new Error(`${flag} needs a value`);
@@ -56,6 +75,7 @@ function splitFlags(args: readonly string[]): ExplainFlags {
     from: own.get("--from") ?? "",
     to: own.get("--to") ?? "",
     output: own.get("--output") ?? "text",
+    live,
     rest,
   };
 }
@@ -73,6 +93,45 @@ export function explainInputFromClusterFile(
   const state = new ProxyState({ hostname: config.hostname, log: () => {} });
   for (const { kind, object } of objects.values()) state.onEvent({ kind, current: object });
   state.onSynced();
+  return inputOf(state, config, options.localAddresses);
+}
+
+/**
+ * Builds an {@link ExplainInput} from a source's first complete listing (e.g. the API server),
+ * then stops the source. Throws when the listing takes longer than `timeoutMs`.
+ */
+export async function explainInputFromSource(
+  source: Source,
+  config: Config,
+  options: { timeoutMs?: number; localAddresses?: readonly string[] } = {},
+): Promise<ExplainInput> {
+  let listed!: () => void;
+  const done = new Promise<void>((resolve) => listed = resolve);
+  const state = new ProxyState({
+    hostname: config.hostname,
+    log: () => {},
+    onSynced: () => listed(),
+  });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    const ms = options.timeoutMs ?? LIST_TIMEOUT_MS;
+    timer = setTimeout(() => reject(new Error(`the cluster was not listed within ${ms} ms`)), ms);
+  });
+  try {
+    await source.start(state);
+    await Promise.race([done, timeout]);
+  } finally {
+    clearTimeout(timer);
+    await source.stop();
+  }
+  return inputOf(state, config, options.localAddresses);
+}
+
+function inputOf(
+  state: ProxyState,
+  config: Config,
+  localAddresses: readonly string[] | undefined,
+): ExplainInput {
   state.takeChanges();
   return {
     config,
@@ -80,7 +139,7 @@ export function explainInputFromClusterFile(
     endpoints: state.endpoints,
     node: state.node,
     serviceCIDRs: state.serviceCIDRs,
-    localAddresses: options.localAddresses,
+    localAddresses,
   };
 }
 
@@ -98,6 +157,7 @@ export function explainInputFromClusterFile(
  */
 export async function explainCommand(args: readonly string[], io: ExplainIO): Promise<number> {
   let explanation: Explanation;
+  let kernel: KernelAgreement | undefined;
   let output: string;
   try {
     const flags = splitFlags(args);
@@ -107,29 +167,45 @@ export async function explainCommand(args: readonly string[], io: ExplainIO): Pr
     }
     if (flags.from === "" || flags.to === "") throw new Error("explain needs --from and --to");
     const { config } = await parseCommandLine(flags.rest);
-    if (config.fromFile === "") {
-      throw new Error("explain needs --from-file (reading the live ruleset is not supported)");
+    let input: ExplainInput;
+    let origin: string;
+    const localAddresses = flags.live ? io.localAddresses?.() : undefined;
+    if (config.fromFile !== "") {
+      input = explainInputFromClusterFile(await io.readTextFile(config.fromFile), config, {
+        source: config.fromFile,
+        localAddresses,
+      });
+      origin = config.fromFile;
+    } else if (io.apiSource !== undefined) {
+      input = await explainInputFromSource(io.apiSource(config), config, { localAddresses });
+      origin = "the cluster";
+    } else {
+      throw new Error("explain needs --from-file");
     }
-    const input = explainInputFromClusterFile(await io.readTextFile(config.fromFile), config, {
-      source: config.fromFile,
-    });
     if (input.node === null) {
       io.printError(
-        `kube-nftproxy explain: warning: no Node "${config.hostname}" in ${config.fromFile} ` +
+        `kube-nftproxy explain: warning: no Node "${config.hostname}" in ${origin} ` +
           "(set --hostname-override): node addresses and node ports are unknown",
       );
     }
-    explanation = explainPacket(input, {
-      from: canonicalAddress(flags.from, "--from"),
-      to: parseTarget(flags.to),
-    });
+    const query = { from: canonicalAddress(flags.from, "--from"), to: parseTarget(flags.to) };
+    explanation = explainPacket(input, query);
+    if (flags.live) {
+      if (io.kernelDiff === undefined) throw new Error("--live cannot read the kernel here");
+      if (config.mode !== "nft") throw new Error("--live reads nft tables: use --mode=nft");
+      const plan = new NftPlanner(config).plan(input, { full: true, changed: new Set() });
+      kernel = kernelAgreement(await io.kernelDiff(plan.script), query, explanation);
+    }
   } catch (err) {
     io.printError(`kube-nftproxy explain: ${(err as Error).message}`);
     return 2;
   }
-  io.print(
-    output === "json" ? JSON.stringify(explanation, null, 2) : formatExplanation(explanation),
-  );
+  if (output === "json") {
+    io.print(JSON.stringify(kernel ? { ...explanation, kernel } : explanation, null, 2));
+  } else {
+    const text = formatExplanation(explanation);
+    io.print(kernel ? `${text}\n${formatAgreement(kernel)}` : text);
+  }
   return 0;
 }
 

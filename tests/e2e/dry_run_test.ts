@@ -2,7 +2,8 @@
  * Spec of `--dry-run` on a live node: next to rules a proxy programmed, `main.ts --dry-run`
  * prints the transaction that would bring the kernel to a changed cluster — and applies none
  * of it. Applying what it printed builds exactly the tables the proxy itself programs for the
- * changed cluster, after which a dry run has nothing left to say.
+ * changed cluster, after which a dry run has nothing left to say. And `explain --live`, which
+ * reads the same diff, says whether the kernel holds the rules it explains for one packet.
  *
  * @module
  */
@@ -124,6 +125,59 @@ Deno.test({
     } finally {
       await deleteNamespace(live);
       await deleteNamespace(reference);
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "explain --live reads the node's kernel: the explained rules hold, or what a sync would change for the packet",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    await cacheProxyDependencies();
+    const ns = `knp-${shortId()}-live`;
+    const dir = await Deno.makeTempDir({ prefix: "knp-live-" });
+    const before = `${dir}/before.yaml`;
+    const after = `${dir}/after.yaml`;
+    await Deno.writeTextFile(before, stringify(cluster(["10.244.1.11", "10.244.1.12"], true)));
+    await Deno.writeTextFile(
+      after,
+      stringify(cluster(["10.244.1.11", "10.244.1.12", "10.244.1.13"], true)),
+    );
+    const explain = async (file: string) => {
+      const out = await run([
+        Deno.execPath(),
+        "run",
+        "-A",
+        MAIN,
+        "explain",
+        "--from=192.168.50.9",
+        "--to=10.96.0.10:80/tcp",
+        `--from-file=${file}`,
+        "--hostname-override=node-a",
+        "--cluster-cidr=10.244.0.0/16",
+        "--live",
+      ], { ns, timeoutMs: 60_000 });
+      assert.equal(out.code, 0, out.stderr);
+      return out.stdout;
+    };
+    try {
+      await createNamespace(ns);
+      await proxy(ns, before, ["--once"]);
+      assert.match(await explain(before), /^kernel: +the live rules are these/m);
+      const behind = await explain(after);
+      assert.match(behind, /^verdict: +dnat/m);
+      assert.match(behind, /10\.244\.1\.13:8080 +33\.3%/, "the explanation is of the wanted rules");
+      assert.match(behind, /^kernel: +the live rules DIFFER for this packet/m);
+      assert.match(
+        behind,
+        /^ {2}add element ip kube-nftproxy cluster-endpoints-tcp \{ 10\.96\.0\.10 \. tcp \. 80 \. 2 .* 10\.244\.1\.13 \. 8080 \}$/m,
+      );
+    } finally {
+      await deleteNamespace(ns);
       await Deno.remove(dir, { recursive: true });
     }
   },

@@ -2,10 +2,14 @@
  * `explain` against the kernel: for every data-plane semantics case, the real proxy programs a
  * node namespace and the case's connection is made (as the semantics suite does), and the
  * explanation computed in-process from the same cluster file and flags must predict what the
- * kernel did — the endpoints reached, masquerading, refusal or drop.
+ * kernel did — the endpoints reached, masquerading, refusal or drop. Each is asked with `--live`,
+ * so it also reads the node's kernel, which must hold exactly the explained rules (traffic,
+ * counters and affinity entries notwithstanding).
  */
 import assert from "node:assert/strict";
+import { dryRunNft } from "../../src/dryrun/dry_run.ts";
 import { explainCommand } from "../../src/explain/command.ts";
+import type { KernelAgreement } from "../../src/explain/live.ts";
 import type { Explanation } from "../../src/explain/explain.ts";
 import { NODE_NAME, POD_CIDR_V4, POD_CIDR_V6 } from "../fixtures/ip_plan.ts";
 import { netnsTestGate } from "../netns/netns.ts";
@@ -26,7 +30,11 @@ function sourceAddress(topo: Topology, c: FlowCase): string {
   return v6 ? pod.ip6! : pod.ip4;
 }
 
-async function explainCase(topo: Topology, yaml: string, c: FlowCase): Promise<Explanation> {
+async function explainCase(
+  topo: Topology,
+  yaml: string,
+  c: FlowCase,
+): Promise<Explanation & { kernel: KernelAgreement }> {
   const out: string[] = [];
   const errors: string[] = [];
   const code = await explainCommand([
@@ -36,10 +44,12 @@ async function explainCase(topo: Topology, yaml: string, c: FlowCase): Promise<E
     "--from-file=cluster.yaml",
     `--hostname-override=${NODE_NAME}`,
     `--cluster-cidr=${POD_CIDR_V4},${POD_CIDR_V6}`,
+    "--live",
   ], {
     readTextFile: () => Promise.resolve(yaml),
     print: (text) => out.push(text),
     printError: (line) => errors.push(line),
+    kernelDiff: async (script) => (await dryRunNft(script, { netns: topo.node.ns })).diff,
   });
   assert.equal(code, 0, errors.join("\n"));
   return JSON.parse(out.join(""));
@@ -94,7 +104,12 @@ Deno.test({
             continue;
           }
           try {
-            assertPredicts(topo, c, await explainCase(topo, yaml, c));
+            const e = await explainCase(topo, yaml, c);
+            assertPredicts(topo, c, e);
+            assert.ok(
+              e.kernel.matches,
+              `${c.name}: the live rules differ: ${JSON.stringify(e.kernel)}`,
+            );
           } catch (err) {
             failures.push(`✗ explain: ${(err as Error).message}`);
           }
