@@ -8,7 +8,7 @@ import type { Config } from "../../config/config.ts";
 import type { NodeInfo } from "../../model/node.ts";
 import { nftRenderOptions } from "./options.ts";
 import { NftSyncer, type SyncInput, type SyncRequest } from "./syncer.ts";
-import type { NftFamily } from "./transaction.ts";
+import { type NftFamily, Transaction } from "./transaction.ts";
 
 /** Everything a plan is computed from. */
 export interface PlannerInput extends SyncInput {
@@ -53,7 +53,7 @@ export class NftPlanner implements Planner {
       )
     );
     return {
-      script: plans.map((p) => p.script).join(""),
+      script: Transaction.join(plans.map((p) => p.transaction)),
       full: plans.some((p) => p.full),
       servicePortsChanged: Math.max(...plans.map((p) => p.servicePortsChanged)),
       commit: () => plans.forEach((p) => p.commit()),

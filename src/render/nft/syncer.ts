@@ -58,6 +58,8 @@ export interface SyncPlan {
    * plan kept until {@link commit} does not hold a full sync's megabytes of text.
    */
   readonly script: string;
+  /** The commands of {@link script}, to write several plans' scripts out at once. */
+  readonly transaction: Transaction;
   /** The plan re-asserts the whole table. */
   readonly full: boolean;
   /** Number of service ports whose chains or elements the plan changes. */
@@ -214,6 +216,7 @@ export class NftSyncer {
       get script() {
         return tx.toString();
       },
+      transaction: tx,
       full: true,
       servicePortsChanged: fragments.size,
       commit: () => {
@@ -318,6 +321,7 @@ export class NftSyncer {
       get script() {
         return tx.toString();
       },
+      transaction: tx,
       full: false,
       servicePortsChanged: replaced.size,
       commit: () => {

@@ -224,6 +224,15 @@ export class Transaction {
   toString(): string {
     return this.#parts.join("");
   }
+
+  /**
+   * The script of several transactions, in order, written out once (no intermediate copy of
+   * each one's megabytes).
+   */
+  static join(transactions: readonly Transaction[]): string {
+    if (transactions.length === 1) return transactions[0].toString();
+    return transactions.flatMap((tx) => tx.#parts).join("");
+  }
 }
 
 function formatElement(e: ElementDef): string {
