@@ -40,6 +40,16 @@ export class OwnedIndex<T> {
     for (const [id, entry] of this.#entries) yield [id, entry.value];
   }
 
+  /**
+   * Calls `fn` with every id, its value in force and whether other owners want it too, in the
+   * order ids were first added (cheaper than {@link active} for a whole table).
+   */
+  forEachActive(fn: (id: string, value: T, shared: boolean) => void): void {
+    for (const [id, entry] of this.#entries) {
+      fn(id, entry.value, entry.others !== undefined && entry.others.size > 0);
+    }
+  }
+
   /** The value in force for an id, if anyone owns it. */
   get(id: string): T | undefined {
     return this.#entries.get(id)?.value;

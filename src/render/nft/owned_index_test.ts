@@ -29,3 +29,17 @@ Deno.test("OwnedIndex.after() predicts exactly what apply() does", () => {
     },
   ));
 });
+
+Deno.test("OwnedIndex.forEachActive() reports each id once, with its value in force and whether others want it", () => {
+  const index = new OwnedIndex<string>();
+  index.add("lb-tcp-3", "b", "rules-b");
+  index.add("external-x", "c", "rules-c");
+  index.add("lb-tcp-3", "a", "rules-a");
+  const seen: [string, string, boolean][] = [];
+  index.forEachActive((id, value, shared) => seen.push([id, value, shared]));
+  assert.deepEqual(seen, [["lb-tcp-3", "rules-a", true], ["external-x", "rules-c", false]]);
+  index.remove("lb-tcp-3", "b");
+  seen.length = 0;
+  index.forEachActive((id, value, shared) => seen.push([id, value, shared]));
+  assert.deepEqual(seen, [["lb-tcp-3", "rules-a", false], ["external-x", "rules-c", false]]);
+});

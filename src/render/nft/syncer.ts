@@ -191,19 +191,19 @@ export class NftSyncer {
       const keyed = elements.keyed.get(set);
       if (keyed !== undefined) {
         const lines: string[] = [];
-        for (const [, line] of keyed.active()) lines.push(line);
+        keyed.forEachActive((_, line) => lines.push(line));
         tx.addElementLines(set, lines);
         continue;
       }
       const index = elements.entries.get(set)!;
       const runs: ElementRun[] = [];
-      for (const [entry, first] of index.active()) {
-        if (!index.isShared(entry)) runs.push(first);
+      index.forEachActive((entry, first, shared) => {
+        if (!shared) runs.push(first);
         else {
           const lines = inForce(index.valuesOf(entry));
           runs.push({ text: lines.join(ELEMENT_SEPARATOR), count: lines.length });
         }
-      }
+      });
       tx.addElementRuns(set, runs);
     }
     if (previous !== null) {
