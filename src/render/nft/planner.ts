@@ -33,19 +33,25 @@ export interface Planner {
   reset(): void;
 }
 
-const FAMILIES: readonly NftFamily[] = ["ip", "ip6"];
+/** Options of an {@link NftPlanner}. */
+export interface NftPlannerOptions {
+  /** Families to program (a kernel may refuse `ip6`). Default both. */
+  readonly families?: readonly NftFamily[];
+}
 
-/** Plans nft transactions for both families. */
+/** Plans nft transactions for both families (or those asked for). */
 export class NftPlanner implements Planner {
   readonly #config: Config;
-  readonly #syncers = new Map(FAMILIES.map((f) => [f, new NftSyncer()]));
+  readonly #syncers: Map<NftFamily, NftSyncer>;
 
-  constructor(config: Config) {
+  constructor(config: Config, options: NftPlannerOptions = {}) {
     this.#config = config;
+    const families = options.families ?? ["ip", "ip6"];
+    this.#syncers = new Map(families.map((f) => [f, new NftSyncer()]));
   }
 
   plan(input: PlannerInput, request: SyncRequest): Plan {
-    const plans = FAMILIES.map((family) =>
+    const plans = [...this.#syncers.keys()].map((family) =>
       this.#syncers.get(family)!.plan(
         input,
         request,
