@@ -6,23 +6,31 @@
  */
 import { type NftRunnerOptions, runNft } from "./nft.ts";
 import { NAMES } from "../render/nft/names.ts";
+import type { NftFamily } from "../render/nft/transaction.ts";
 
 /**
- * True when both tables still dispatch packets: `nat-prerouting` jumps to `services` and
- * `services` looks up `service-ips`. False when the table, a chain or a rule is gone.
+ * True when the tables of `families` (default both) still dispatch packets: `nat-prerouting`
+ * jumps to `services` and `services` looks up `service-ips`. False when a table, a chain or a
+ * rule is gone.
+ *
+ * One `nft list chain` per chain, run side by side: nft 1.0.6 answers a file of several `list
+ * chain` commands with "No such file or directory" even when every chain exists (its cache is
+ * filtered for one of them only).
  */
 export async function nftRulesIntact(
   table: string,
-  options: NftRunnerOptions = {},
+  options: NftRunnerOptions & { families?: readonly NftFamily[] } = {},
 ): Promise<boolean> {
-  const families = ["ip", "ip6"];
-  const script = families.flatMap((f) => [
-    `list chain ${f} ${table} ${NAMES.natPrerouting}`,
-    `list chain ${f} ${table} ${NAMES.services}`,
-  ]).join("\n") + "\n";
-  const out = await runNft(["-f", "-"], { ...options, stdin: script });
-  if (out.code !== 0) return false;
-  const jumps = out.stdout.match(new RegExp(`jump ${NAMES.services}\\b`, "g"))?.length ?? 0;
-  const lookups = out.stdout.match(new RegExp(`vmap @${NAMES.serviceIPs}\\b`, "g"))?.length ?? 0;
-  return jumps === families.length && lookups === families.length;
+  const families = options.families ?? ["ip", "ip6"];
+  const wanted: [NftFamily, string, RegExp][] = families.flatMap((
+    f,
+  ): [NftFamily, string, RegExp][] => [
+    [f, NAMES.natPrerouting, new RegExp(`jump ${NAMES.services}\\b`)],
+    [f, NAMES.services, new RegExp(`vmap @${NAMES.serviceIPs}\\b`)],
+  ]);
+  const found = await Promise.all(wanted.map(async ([family, chain, rule]) => {
+    const out = await runNft(["list", "chain", family, table, chain], options);
+    return out.code === 0 && rule.test(out.stdout);
+  }));
+  return found.every(Boolean);
 }

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe, type Topology } from "../netns/topology.ts";
-import { startProxy } from "./proxy_harness.ts";
+import { type RunningProxy, startProxy } from "./proxy_harness.ts";
 import { endpointSlice, service } from "../fixtures/objects.ts";
 import { stringify } from "./yaml.ts";
 import { ADDR, NODE_PORTS, semanticsCluster } from "./semantics_cluster.ts";
@@ -15,13 +15,16 @@ import { checkAll, DETECT_LOCAL_VARIANTS, flowCases, masqueradeCase } from "./se
 
 const gate = await netnsTestGate();
 
-async function withProxy(args: string[], fn: (topo: Topology) => Promise<void>): Promise<void> {
+async function withProxy(
+  args: string[],
+  fn: (topo: Topology, proxy: RunningProxy) => Promise<void>,
+): Promise<void> {
   gate.assertUsable();
   const topo = await createTopology();
   try {
     const proxy = await startProxy(topo, semanticsCluster(topo), { args });
     try {
-      await fn(topo);
+      await fn(topo, proxy);
     } finally {
       await proxy.stop();
     }
@@ -130,9 +133,16 @@ test("ClientIP affinity: a client stuck to a removed endpoint moves to a remaini
 });
 
 test("self-healing: after `nft flush ruleset` on the node, the rules come back by themselves", () =>
-  withProxy([], async (topo) => {
+  withProxy([], async (topo, proxy) => {
     const target = `${ADDR.web}:80`;
     assert.equal((await probe(topo, topo.client.ns, target))[0].outcome, "ok");
+    // Intact rules are left alone: a few checks pass without a restore.
+    await new Promise((r) => setTimeout(r, 2_500));
+    assert.doesNotMatch(
+      proxy.output(),
+      /removed or flushed/,
+      "no restore while the rules are intact",
+    );
     const flushed = await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]);
     assert.equal(flushed.code, 0, flushed.stderr);
     const started = Date.now();
