@@ -17,7 +17,9 @@
  * Elements stay the formatted lines the ruleset rendered. Owners are counted per key, except in
  * the endpoint maps (nine in ten elements): there per entry point (`addr . proto . port`), whose
  * elements `entry . 0`, `entry . 1`, … are in force as if counted per key — index `i` from the
- * first owner that has an `i`-th endpoint — so a render keeps no object per element.
+ * first owner that has an `i`-th endpoint — so a render keeps no object per element. An entry
+ * point's elements keep the state's endpoints and are written out when a script needs them, so
+ * what is remembered of them is a pointer per endpoint, not their text.
  *
  * @module
  */
