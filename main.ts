@@ -35,6 +35,15 @@ import {
 import { cleanStaleAffinity } from "./src/apply/affinity.ts";
 import { nftRulesIntact } from "./src/apply/nft_watch.ts";
 import {
+  iptablesFamilySupport,
+  nftFamilySupport,
+  NoIPv4Error,
+  refusedWarning,
+} from "./src/apply/families.ts";
+import type { Config } from "./src/config/config.ts";
+import type { IPFamily } from "./src/model/service_port.ts";
+import type { NftFamily } from "./src/render/nft/transaction.ts";
+import {
   nftServiceCounterReader,
   type ServiceConnections,
   ServiceCounters,
@@ -101,10 +110,26 @@ export async function main(args: readonly string[]): Promise<number> {
   }
   const encoder = new TextEncoder();
   const warn = (line: string) => log.warn(line);
-  const nftPlanner = config.mode === "nft" ? new NftPlanner(config) : undefined;
-  const planner = nftPlanner ??
-    new IptablesPlanner(config, { conntrackTCPLiberal: await readConntrackTCPLiberal() });
   const iptables = new IptablesApplier({ backend: "auto", log: (line) => log.info(line) });
+  // A dry run may run away from a node (no root): it plans both families.
+  let families: Families = { nft: undefined, iptables: undefined };
+  if (!actions.dryRun) {
+    try {
+      families = await familiesToProgram(config, nft, iptables, (line) => log.warn(line));
+    } catch (err) {
+      if (!(err instanceof NoIPv4Error)) throw err;
+      log.error(err.message);
+      return 1;
+    }
+  }
+  const nftPlanner = config.mode === "nft"
+    ? new NftPlanner(config, { families: families.nft })
+    : undefined;
+  const planner = nftPlanner ?? new IptablesPlanner(config, {
+    conntrackTCPLiberal: await readConntrackTCPLiberal(),
+    families: families.iptables,
+  });
+  const nftFamilies = { ...nft, families: families.nft };
   // The first successful sync also removes the other mode's rules (switching modes).
   const applyRules = afterFirstApply(
     config.mode === "nft" ? (script) => applyNft(script, nft) : (script) => iptables.apply(script),
@@ -138,10 +163,10 @@ export async function main(args: readonly string[]): Promise<number> {
       localAddresses: localInterfaceAddresses,
       rulesIntact: actions.dryRun || nftPlanner === undefined
         ? undefined
-        : () => nftRulesIntact(config.tableName, nft),
+        : () => nftRulesIntact(config.tableName, nftFamilies),
       serviceConnections: actions.dryRun || nftPlanner === undefined
         ? undefined
-        : serviceConnections(config.tableName, nft),
+        : serviceConnections(config.tableName, nftFamilies),
     }, { once: actions.once || actions.dryRun, signal: controller.signal });
     if (code !== 0 || !actions.dryRun || nftPlanner === undefined) return code;
     const report = await dryRunNft(planned, nft);
@@ -155,10 +180,36 @@ export async function main(args: readonly string[]): Promise<number> {
   }
 }
 
+/** The families to program in each mode; undefined: both. */
+interface Families {
+  readonly nft: readonly NftFamily[] | undefined;
+  readonly iptables: readonly IPFamily[] | undefined;
+}
+
+/**
+ * Asks the kernel which families it accepts in the configured mode, warning about a refused
+ * one; throws {@link NoIPv4Error} when IPv4 is refused.
+ */
+async function familiesToProgram(
+  config: Config,
+  nft: { nftPath?: string },
+  iptables: IptablesApplier,
+  warn: (line: string) => void,
+): Promise<Families> {
+  if (config.mode === "nft") {
+    const support = await nftFamilySupport(config.tableName, nft);
+    support.refused.forEach((r) => warn(refusedWarning(r.family, r.reason)));
+    return { nft: support.usable, iptables: undefined };
+  }
+  const support = await iptablesFamilySupport({ backend: await iptables.backend() });
+  support.refused.forEach((r) => warn(refusedWarning(r.family, r.reason)));
+  return { nft: undefined, iptables: support.usable };
+}
+
 /** Per-service connection totals from the kernel's dispatch-map counters, read at each scrape. */
 function serviceConnections(
   table: string,
-  nft: { nftPath?: string },
+  nft: { nftPath?: string; families?: readonly NftFamily[] },
 ): () => Promise<ServiceConnections[]> {
   const counters = new ServiceCounters(nftServiceCounterReader(table, nft));
   return () => counters.read();

@@ -84,14 +84,15 @@ export function iptablesProgram(
   return `${family === "IPv6" ? "ip6" : "ip"}tables-${backend}-${tool}`;
 }
 
-interface ProgramResult {
+/** What a program run by {@link runProgram} printed, and its exit code. */
+export interface ProgramResult {
   readonly code: number;
   readonly stdout: string;
   readonly stderr: string;
 }
 
 /** Runs one program (without a shell, optionally in a namespace) with a time limit. */
-async function runProgram(
+export async function runProgram(
   argv: readonly string[],
   options: IptablesRunnerOptions & { stdin?: string; discardStdout?: boolean },
 ): Promise<ProgramResult> {

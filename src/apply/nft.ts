@@ -130,12 +130,21 @@ async function runScript(
   });
 }
 
-/** Deletes our table in both families, if present. Other tables are never touched. */
-export async function deleteTables(table: string, options: NftRunnerOptions = {}): Promise<void> {
-  const script = ["ip", "ip6"]
-    .map((f) => `add table ${f} ${table}\ndelete table ${f} ${table}\n`)
-    .join("");
-  await applyNft(script, options);
+/**
+ * Deletes our table in the `families` (default both), if present, one family at a time (a
+ * kernel refusing one family still gets the other cleaned). Other tables are never touched.
+ * Throws the first family's error after trying them all.
+ */
+export async function deleteTables(
+  table: string,
+  options: NftRunnerOptions & { families?: readonly string[] } = {},
+): Promise<void> {
+  const errors: unknown[] = [];
+  for (const family of options.families ?? ["ip", "ip6"]) {
+    await applyNft(`add table ${family} ${table}\ndelete table ${family} ${table}\n`, options)
+      .catch((err) => errors.push(err));
+  }
+  if (errors.length > 0) throw errors[0];
 }
 
 function abbreviate(text: string): string {

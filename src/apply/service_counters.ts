@@ -101,16 +101,17 @@ export function parsePortComment(
 }
 
 /**
- * A reader of the kernel's counted elements in table `table` (both families, both dispatch
- * maps), with one `nft -j` run per map. A map or table that does not exist reads as empty.
+ * A reader of the kernel's counted elements in table `table` (the `families`, default both;
+ * both dispatch maps), with one `nft -j` run per map. A map or table that does not exist reads
+ * as empty.
  */
 export function nftServiceCounterReader(
   table: string,
-  options: NftRunnerOptions = {},
+  options: NftRunnerOptions & { families?: readonly string[] } = {},
 ): ElementCountReader {
   return async () => {
     const lists = await Promise.all(
-      ["ip", "ip6"].flatMap((family) =>
+      (options.families ?? ["ip", "ip6"]).flatMap((family) =>
         COUNTED_MAPS.map((map) => runNft(["-j", "list", "map", family, table, map], options))
       ),
     );

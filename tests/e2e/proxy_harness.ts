@@ -63,6 +63,8 @@ export interface RunningProxy {
 export interface StartProxyOptions {
   /** Extra command-line arguments. */
   args?: string[];
+  /** Extra environment variables (e.g. `KUBE_NFTPROXY_NFT`). */
+  env?: Record<string, string>;
 }
 
 /**
@@ -92,6 +94,7 @@ export async function startProxy(
         "-v=2",
         ...(options.args ?? []),
       ],
+      env: options.env,
     });
   } catch (err) {
     await Deno.remove(dir, { recursive: true });
