@@ -61,7 +61,7 @@ export class NftPlanner implements Planner {
     return {
       script: Transaction.join(plans.map((p) => p.transaction)),
       full: plans.some((p) => p.full),
-      servicePortsChanged: Math.max(...plans.map((p) => p.servicePortsChanged)),
+      servicePortsChanged: Math.max(0, ...plans.map((p) => p.servicePortsChanged)),
       commit: () => plans.forEach((p) => p.commit()),
     };
   }
@@ -72,6 +72,6 @@ export class NftPlanner implements Planner {
 
   /** See {@link NftSyncer.affinityTargets} (IPv4: the only family with the shared map). */
   affinityTargets(): Map<string, Set<string>> {
-    return this.#syncers.get("ip")!.affinityTargets();
+    return this.#syncers.get("ip")?.affinityTargets() ?? new Map();
   }
 }
