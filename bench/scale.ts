@@ -26,6 +26,7 @@
 import { fileURLToPath } from "node:url";
 import { Command, InvalidArgumentError } from "@commander-js/extra-typings";
 import { applyNft } from "../src/apply/nft.ts";
+import { dryRunNft } from "../src/dryrun/dry_run.ts";
 import { NftPlanner } from "../src/render/nft/planner.ts";
 import type { ObjectEvent, RawObject } from "../src/source/events.ts";
 import type { ProxyState } from "../src/tracker/proxy_state.ts";
@@ -62,6 +63,7 @@ export const SECTIONS = [
   "incremental",
   "resync",
   "memory",
+  "dryrun",
   "dataplane",
 ] as const;
 
@@ -128,6 +130,8 @@ interface RunResult {
   incremental?: { total: number; render: number; apply: number; baseline: number; bytes: number };
   resync?: { total: number; render: number; apply: number; bytes: number };
   memory?: MemoryReport;
+  /** `--dry-run` against the loaded table: read, parse and diff (no change expected). */
+  dryrun?: { total: number; commands: number };
   loadavg: number;
   durationMs: number;
 }
@@ -260,6 +264,12 @@ export async function runScale(options: ScaleOptions): Promise<Measurement[]> {
       applied: memory.every((m) => m.applied),
     }));
   }
+  const dryrun = pick((r) => r.dryrun);
+  if (dryrun.length > 0) {
+    lines.push(timed("dry_run", dryrun.map((d) => d.total), {
+      commands: dryrun.reduce((n, d) => n + d.commands, 0),
+    }));
+  }
   if (options.only.has("dataplane")) {
     for (const m of await dataPlane(cluster, options)) lines.push(stamp(m));
   }
@@ -299,7 +309,7 @@ async function oneRun(
       result.render = summarize(times).median;
     }
 
-    const needsSynced = ["cold", "noop", "incremental", "resync"].some((s) =>
+    const needsSynced = ["cold", "noop", "incremental", "resync", "dryrun"].some((s) =>
       only.has(s as Section)
     );
     if (!needsSynced) return result;
@@ -342,6 +352,15 @@ async function oneRun(
       const total = summarize(totals).median;
       const render = summarize(renders).median;
       result.resync = { total, render, apply: total - render, bytes };
+    }
+    if (only.has("dryrun")) {
+      // What `--dry-run` does on a node whose table is up to date: the whole wanted script,
+      // the kernel's listing of both tables, and the diff between them.
+      t = performance.now();
+      const wanted = new NftPlanner(config).plan(state, { full: true, changed: new Set() });
+      const report = await dryRunNft(wanted.script, { netns: ns });
+      const commands = report.diff.tables.reduce((n, table) => n + table.commands.length, 0);
+      result.dryrun = { total: performance.now() - t, commands };
     }
     if (only.has("memory")) result.memory = await memoryChild(options, ns);
   } finally {

@@ -201,13 +201,16 @@ export function tablesFromListing(listing: string): Map<string, TableImage> {
     const body: string[] = [];
     for (let inner = next(); inner !== "}"; inner = next()) {
       if (inner === undefined) throw new TableTextError(`listing ends inside ${block[2]}`);
-      // A statement spans lines until its braces close (element lists, long anonymous sets).
-      let statement = inner;
-      while (braceDepth(statement) > 0) {
+      // A statement spans lines until its braces close (element lists, long anonymous sets):
+      // 100k elements are 100k lines, so the depth is counted line by line, once each.
+      const parts = [inner];
+      for (let depth = braceDepth(inner); depth > 0;) {
         const more = next();
         if (more === undefined) throw new TableTextError(`listing ends inside ${block[2]}`);
-        statement += ` ${more}`;
+        parts.push(more);
+        depth += braceDepth(more);
       }
+      const statement = parts.join(" ");
       if (statement !== "") body.push(statement);
     }
     const [kind, name] = [block[1], block[2]];
@@ -392,7 +395,12 @@ function normalTokens(text: string): string {
   return text.trim().split(/\s+/).map(normalToken).join(" ");
 }
 
+/** Tokens already in their one spelling: words, numbers, IPv4 addresses and prefixes. */
+const PLAIN =
+  /^(?:[a-z@_-][\w@.-]*|\d+|\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?:\/(?:[0-2]?\d|3[01]))?)$/;
+
 function normalToken(token: string): string {
+  if (PLAIN.test(token)) return token;
   if (/^0x[0-9a-f]+$/i.test(token)) return String(parseInt(token, 16));
   const bracketed = /^\[([0-9a-f:.]+)\](.*)$/i.exec(token);
   if (bracketed) return `[${normalToken(bracketed[1])}]${bracketed[2]}`;
