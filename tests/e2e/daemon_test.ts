@@ -152,13 +152,14 @@ Deno.test({
         await api.create(object.kind as ObjectKind, object);
       }
       const nft = await nftWrapper(dir);
+      const kubeconfigPath = await kubeconfig(dir, api.url);
       daemon = await startDaemon(topo, {
         // What kubeadm's DaemonSet passes, plus the test's API server and short sync periods.
         args: [
           "--mode=nft",
           `--config=${KUBEADM_CONFIGMAP}`,
           `--hostname-override=${NODE_NAME}`,
-          `--kubeconfig=${await kubeconfig(dir, api.url)}`,
+          `--kubeconfig=${kubeconfigPath}`,
           "--nftables-sync-period=1s",
           "--nftables-min-sync-period=50ms",
           "-v=2",
@@ -208,6 +209,46 @@ Deno.test({
             "web reaches pod-a and pod-c",
             () => reaches("10.96.0.10:80", [podA.name, podC.name]),
           );
+        },
+      );
+
+      await t.step(
+        "explain --live and --dry-run read the cluster from the API and agree with the kernel",
+        async () => {
+          const tool = async (args: string[]) => {
+            const out = await topo.exec(topo.node.ns, [
+              Deno.execPath(),
+              "run",
+              "--cached-only",
+              "-A",
+              MAIN,
+              ...args,
+              `--config=${KUBEADM_CONFIGMAP}`,
+              `--hostname-override=${NODE_NAME}`,
+              `--kubeconfig=${kubeconfigPath}`,
+              "--healthz-bind-address=",
+              "--metrics-bind-address=",
+            ], { timeoutMs: 60_000 });
+            assert.equal(out.code, 0, out.stderr);
+            return out.stdout;
+          };
+          const explained = await tool([
+            "explain",
+            `--from=${topo.client.ip4}`,
+            "--to=10.96.0.10:80/tcp",
+            "--live",
+          ]);
+          assert.match(explained, /^verdict: +dnat$/m);
+          assert.match(
+            explained,
+            new RegExp(`^  ${podA.ip4.replaceAll(".", "\\.")}:\\d+ +50\\.0%$`, "m"),
+          );
+          assert.match(
+            explained,
+            new RegExp(`^  ${podC.ip4.replaceAll(".", "\\.")}:\\d+ +50\\.0%$`, "m"),
+          );
+          assert.match(explained, /^kernel: +the live rules are these/m);
+          assert.match(await tool(["--dry-run"]), /^# no change: /m);
         },
       );
 
