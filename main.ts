@@ -20,6 +20,7 @@ import { ConfigError } from "./src/config/config_error.ts";
 import { explainCommand } from "./src/explain/command.ts";
 import { helpText, parseCommandLine, toKubeProxyConfiguration } from "./src/config/flags.ts";
 import { runConntrackCleanup } from "./src/apply/conntrack.ts";
+import { applyConntrackSettings, conntrackSettings } from "./src/apply/conntrack_sysctls.ts";
 import { applyNft, deleteTables } from "./src/apply/nft.ts";
 import { createLogger } from "./src/log.ts";
 import { dryRunNft, formatDryRun } from "./src/dryrun/dry_run.ts";
@@ -121,6 +122,11 @@ export async function main(args: readonly string[]): Promise<number> {
       log.error(err.message);
       return 1;
     }
+    const conntrack = await applyConntrackSettings(
+      conntrackSettings(config, navigator.hardwareConcurrency),
+    );
+    conntrack.changed.forEach((line) => log.info(`conntrack: set ${line}`));
+    conntrack.refused.forEach((line) => log.warn(`conntrack: ${line}`));
   }
   const nftPlanner = config.mode === "nft"
     ? new NftPlanner(config, { families: families.nft })

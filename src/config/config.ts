@@ -58,6 +58,23 @@ export interface Config {
   fromFile: string;
   /** Log verbosity (upstream `-v`). Default 0. */
   verbosity: number;
+  /**
+   * Conntrack entries per CPU: `nf_conntrack_max` is set to this × CPUs, at least
+   * {@link conntrackMin}; 0 leaves it alone. Default 32768.
+   */
+  conntrackMaxPerCore: number;
+  /** Smallest `nf_conntrack_max` the proxy sets. Default 131072. */
+  conntrackMin: number;
+  /** `nf_conntrack_tcp_timeout_established`, ms; 0 leaves it alone. Default 24h. */
+  conntrackTCPEstablishedTimeoutMs: number;
+  /** `nf_conntrack_tcp_timeout_close_wait`, ms; 0 leaves it alone. Default 1h. */
+  conntrackTCPCloseWaitTimeoutMs: number;
+  /** Set `nf_conntrack_tcp_be_liberal` (false leaves it alone). Default false. */
+  conntrackTCPBeLiberal: boolean;
+  /** `nf_conntrack_udp_timeout`, ms; 0 leaves it alone. Default 0. */
+  conntrackUDPTimeoutMs: number;
+  /** `nf_conntrack_udp_timeout_stream`, ms; 0 leaves it alone. Default 0. */
+  conntrackUDPStreamTimeoutMs: number;
 }
 
 /** Upstream kube-proxy's defaults, adapted to this proxy. */
@@ -82,5 +99,12 @@ export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze(
     master: "",
     fromFile: "",
     verbosity: 0,
+    conntrackMaxPerCore: 32768,
+    conntrackMin: 131072,
+    conntrackTCPEstablishedTimeoutMs: 24 * 3600_000,
+    conntrackTCPCloseWaitTimeoutMs: 3600_000,
+    conntrackTCPBeLiberal: false,
+    conntrackUDPTimeoutMs: 0,
+    conntrackUDPStreamTimeoutMs: 0,
   } satisfies Config,
 );

@@ -20,6 +20,8 @@ import {
   appendPortIfNeeded,
   checkBindAddress,
   checkClusterCIDRs,
+  checkConntrackCount,
+  checkConntrackTimeout,
   checkHostPort,
   checkMasqueradeBit,
   checkMinSyncPeriod,
@@ -364,6 +366,55 @@ function buildProgram() {
     )
     .addOption(
       new Option(
+        "--conntrack-max-per-core <n>",
+        "conntrack entries per CPU: nf_conntrack_max is set to n × CPUs or to the " +
+          `conntrack minimum, whichever is larger; 0 leaves it alone${
+            byDefault(d.conntrackMaxPerCore)
+          }`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--conntrack-min <n>",
+        `smallest nf_conntrack_max to set${byDefault(d.conntrackMin)}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--conntrack-tcp-timeout-established <duration>",
+        "idle timeout of established TCP connections in conntrack; 0 leaves it alone" +
+          byDefault(formatGoDuration(d.conntrackTCPEstablishedTimeoutMs)),
+      ),
+    )
+    .addOption(
+      new Option(
+        "--conntrack-tcp-timeout-close-wait <duration>",
+        "conntrack timeout of TCP connections in CLOSE_WAIT; 0 leaves it alone" +
+          byDefault(formatGoDuration(d.conntrackTCPCloseWaitTimeoutMs)),
+      ),
+    )
+    .addOption(
+      booleanFlag(
+        "--conntrack-tcp-be-liberal",
+        "set nf_conntrack_tcp_be_liberal: out-of-window TCP packets are not marked INVALID",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--conntrack-udp-timeout <duration>",
+        "conntrack timeout of unreplied UDP flows; 0 leaves it alone" +
+          byDefault(formatGoDuration(d.conntrackUDPTimeoutMs)),
+      ),
+    )
+    .addOption(
+      new Option(
+        "--conntrack-udp-timeout-stream <duration>",
+        "conntrack timeout of UDP flows that saw replies; 0 leaves it alone" +
+          byDefault(formatGoDuration(d.conntrackUDPStreamTimeoutMs)),
+      ),
+    )
+    .addOption(
+      new Option(
         "--write-config-to <path>",
         "write the resulting configuration there as a KubeProxyConfiguration, then exit",
       ),
@@ -483,6 +534,52 @@ function readValueFlags(
     // Like upstream, the flags of the other mode's section are accepted but have no effect.
     if (section !== (mode === "nft" ? "nftables" : "iptables")) continue;
     set(kind === "sync" ? "syncPeriodMs" : "minSyncPeriodMs", ms, flag);
+  }
+  const counts = [
+    ["conntrackMaxPerCore", "--conntrack-max-per-core", flags.conntrackMaxPerCore],
+    ["conntrackMin", "--conntrack-min", flags.conntrackMin],
+  ] as const;
+  for (const [key, flag, text] of counts) {
+    if (text === undefined) continue;
+    const value = /^\d+$/.test(text) ? Number(text) : Number.NaN;
+    check(flag, text, Number.isNaN(value) ? "must be a whole number" : checkConntrackCount(value));
+    set(key, value, flag);
+  }
+  const timeouts = [
+    [
+      "conntrackTCPEstablishedTimeoutMs",
+      "--conntrack-tcp-timeout-established",
+      flags.conntrackTcpTimeoutEstablished,
+    ],
+    [
+      "conntrackTCPCloseWaitTimeoutMs",
+      "--conntrack-tcp-timeout-close-wait",
+      flags.conntrackTcpTimeoutCloseWait,
+    ],
+    ["conntrackUDPTimeoutMs", "--conntrack-udp-timeout", flags.conntrackUdpTimeout],
+    [
+      "conntrackUDPStreamTimeoutMs",
+      "--conntrack-udp-timeout-stream",
+      flags.conntrackUdpTimeoutStream,
+    ],
+  ] as const;
+  for (const [key, flag, text] of timeouts) {
+    if (text === undefined) continue;
+    let ms: number;
+    try {
+      ms = parseGoDuration(text);
+    } catch (error) {
+      throw invalidValue(`flag ${flag}`, text, {
+        rule: `must be a duration such as 24h0m0s or 1h (${(error as Error).message})`,
+        cause: error,
+      });
+    }
+    check(flag, text, checkConntrackTimeout(ms));
+    set(key, ms, flag);
+  }
+  if (flags.conntrackTcpBeLiberal !== undefined) {
+    const flag = "--conntrack-tcp-be-liberal";
+    set("conntrackTCPBeLiberal", parseBooleanFlag(flag, flags.conntrackTcpBeLiberal), flag);
   }
   const servers = [
     [

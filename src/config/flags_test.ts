@@ -241,6 +241,13 @@ Deno.test("parseCommandLine() reads every value flag", async () => {
     "--pod-interface-name-prefix=veth",
     "--table-name=edge-proxy",
     "--from-file=cluster.yaml",
+    "--conntrack-max-per-core=0",
+    "--conntrack-min=4096",
+    "--conntrack-tcp-timeout-established=2h",
+    "--conntrack-tcp-timeout-close-wait=0",
+    "--conntrack-tcp-be-liberal",
+    "--conntrack-udp-timeout=30s",
+    "--conntrack-udp-timeout-stream=2m",
     "-v",
     "4",
   ]);
@@ -264,7 +271,22 @@ Deno.test("parseCommandLine() reads every value flag", async () => {
     master: "https://10.0.0.1:6443",
     fromFile: "cluster.yaml",
     verbosity: 4,
+    conntrackMaxPerCore: 0,
+    conntrackMin: 4096,
+    conntrackTCPEstablishedTimeoutMs: 7_200_000,
+    conntrackTCPCloseWaitTimeoutMs: 0,
+    conntrackTCPBeLiberal: true,
+    conntrackUDPTimeoutMs: 30_000,
+    conntrackUDPStreamTimeoutMs: 120_000,
   });
+  await assert.rejects(
+    parse(["--conntrack-tcp-timeout-established=90m30.5s"]),
+    /flag --conntrack-tcp-timeout-established is "90m30.5s", must be whole seconds/,
+  );
+  await assert.rejects(
+    parse(["--conntrack-max-per-core=lots"]),
+    /flag --conntrack-max-per-core is "lots", must be a whole number/,
+  );
 });
 
 Deno.test("parseCommandLine() accumulates repeated --nodeport-addresses, as pflag does", async () => {
@@ -497,6 +519,13 @@ const ALL_FLAGS = [
   "--detect-local-mode <mode>",
   "--pod-bridge-interface <name>",
   "--pod-interface-name-prefix <prefix>",
+  "--conntrack-max-per-core <n>",
+  "--conntrack-min <n>",
+  "--conntrack-tcp-timeout-established <duration>",
+  "--conntrack-tcp-timeout-close-wait <duration>",
+  "--conntrack-tcp-be-liberal [bool]",
+  "--conntrack-udp-timeout <duration>",
+  "--conntrack-udp-timeout-stream <duration>",
   "--write-config-to <path>",
   "--cleanup-iptables [bool]",
   "-v, --v <level>",
@@ -509,7 +538,8 @@ Deno.test("helpText() lists every flag", () => {
   for (const flag of ALL_FLAGS) {
     assert.ok(lines.some((line) => line.startsWith(`${flag} `)), `${flag} missing from help`);
   }
-  const listed = lines.filter((line) => line.startsWith("-")).length;
+  // Flags start at the left margin of the options list; wrapped descriptions are indented.
+  const listed = helpText().split("\n").filter((line) => /^ {2}-/.test(line)).length;
   assert.equal(listed, ALL_FLAGS.length);
 });
 

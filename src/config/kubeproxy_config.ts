@@ -5,7 +5,10 @@
  *
  * The file follows upstream's schema and decoding rules, quirks included:
  * - unknown fields are refused, as upstream's strict decoding does; every upstream field this
- *   proxy has no use for (conntrack, ipvs, winkernel, featureGates, …) is accepted and ignored;
+ *   proxy has no use for (ipvs, winkernel, featureGates, …) is accepted and ignored;
+ * - in `conntrack:`, a `null` (or absent) `maxPerCore`, `min`, `tcpEstablishedTimeout` or
+ *   `tcpCloseWaitTimeout` is the default (they are pointers upstream), and 0 means "leave the
+ *   kernel's value alone";
  * - Go zero values mean "unset, use the default": `syncPeriod: 0s`, `masqueradeAll: false`,
  *   `healthzBindAddress: ""`, `bindAddress: 0.0.0.0`; a `null` masqueradeBit is the default 14
  *   but `0` is bit 0 (it is a pointer upstream);
@@ -25,6 +28,8 @@ import {
   appendPortIfNeeded,
   checkBindAddress,
   checkClusterCIDRs,
+  checkConntrackCount,
+  checkConntrackTimeout,
   checkHostPort,
   checkMasqueradeBit,
   checkMinSyncPeriod,
@@ -138,6 +143,15 @@ export function toKubeProxyConfiguration(
     bindAddress: config.bindAddress === "" ? "0.0.0.0" : config.bindAddress,
     clientConnection: { kubeconfig: config.kubeconfig },
     clusterCIDR: noDetector ? "" : config.clusterCIDRs.join(","),
+    conntrack: {
+      maxPerCore: config.conntrackMaxPerCore,
+      min: config.conntrackMin,
+      tcpBeLiberal: config.conntrackTCPBeLiberal,
+      tcpCloseWaitTimeout: formatGoDuration(config.conntrackTCPCloseWaitTimeoutMs),
+      tcpEstablishedTimeout: formatGoDuration(config.conntrackTCPEstablishedTimeoutMs),
+      udpStreamTimeout: formatGoDuration(config.conntrackUDPStreamTimeoutMs),
+      udpTimeout: formatGoDuration(config.conntrackUDPTimeoutMs),
+    },
     detectLocal: {
       bridgeInterface: config.bridgeInterface,
       interfaceNamePrefix: config.interfaceNamePrefix,
@@ -223,10 +237,19 @@ const SECTION_FIELDS: Readonly<Record<string, ReadonlySet<string>>> = {
   detectLocal: new Set(["bridgeInterface", "interfaceNamePrefix"]),
   clientConnection: new Set(["kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"]),
   logging: new Set(["format", "flushFrequency", "verbosity", "vmodule", "options"]),
+  conntrack: new Set([
+    "maxPerCore",
+    "min",
+    "tcpEstablishedTimeout",
+    "tcpCloseWaitTimeout",
+    "tcpBeLiberal",
+    "udpTimeout",
+    "udpStreamTimeout",
+  ]),
 };
 
 /** Ignored upstream fields that hold a map; anything but a map (or null) is a type error. */
-const IGNORED_MAPPING_FIELDS = ["featureGates", "ipvs", "winkernel", "conntrack"] as const;
+const IGNORED_MAPPING_FIELDS = ["featureGates", "ipvs", "winkernel"] as const;
 
 /** YAML 1.1 booleans, which Go's YAML reader (and so kube-proxy) accepts. */
 const YAML11_BOOLEANS: ReadonlyMap<string, boolean> = new Map(
@@ -357,6 +380,12 @@ class Fields {
     return value;
   }
 
+  /** A Go duration string in ms for a pointer field: absent or null reads as undefined. */
+  optionalDuration(key: string): number | undefined {
+    const value = this.mapping[key];
+    return value === undefined || value === null ? undefined : this.duration(key);
+  }
+
   /** A Go duration string in ms; absent reads as 0, null fails as it does upstream. */
   duration(key: string): number {
     const value = this.mapping[key];
@@ -469,6 +498,8 @@ function readKubeProxyConfiguration(
   const kubeconfig = clientConnection.string("kubeconfig");
   if (kubeconfig !== "") result.kubeconfig = kubeconfig;
 
+  Object.assign(result, readConntrack(top.section("conntrack")));
+
   const logging = top.section("logging");
   logging.rejectUnknown(SECTION_FIELDS.logging);
   const verbosity = logging.integer("verbosity");
@@ -477,6 +508,37 @@ function readKubeProxyConfiguration(
     if (rule !== undefined) logging.fail("verbosity", rule);
     if (verbosity > 0) result.verbosity = verbosity;
   }
+  return result;
+}
+
+/** The `conntrack:` section: table size and timeouts the proxy sets in the kernel. */
+function readConntrack(section: Fields): Partial<Config> {
+  section.rejectUnknown(SECTION_FIELDS.conntrack);
+  const result: Partial<Config> = {};
+  const counts = [["maxPerCore", "conntrackMaxPerCore"], ["min", "conntrackMin"]] as const;
+  for (const [key, field] of counts) {
+    const value = section.integer(key);
+    if (value === undefined) continue;
+    const rule = checkConntrackCount(value);
+    if (rule !== undefined) section.fail(key, rule);
+    result[field] = value;
+  }
+  const timeouts = [
+    ["tcpEstablishedTimeout", "conntrackTCPEstablishedTimeoutMs", true],
+    ["tcpCloseWaitTimeout", "conntrackTCPCloseWaitTimeoutMs", true],
+    ["udpTimeout", "conntrackUDPTimeoutMs", false],
+    ["udpStreamTimeout", "conntrackUDPStreamTimeoutMs", false],
+  ] as const;
+  for (const [key, field, pointer] of timeouts) {
+    // Pointers upstream: null is the default, 0s is 0. Plain durations: 0s is unset (and the
+    // default is 0 anyway).
+    const ms = pointer ? section.optionalDuration(key) : section.duration(key) || undefined;
+    if (ms === undefined) continue;
+    const rule = checkConntrackTimeout(ms);
+    if (rule !== undefined) section.fail(key, rule);
+    result[field] = ms;
+  }
+  if (section.boolean("tcpBeLiberal")) result.conntrackTCPBeLiberal = true;
   return result;
 }
 

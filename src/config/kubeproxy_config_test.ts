@@ -326,7 +326,41 @@ Deno.test("parseKubeProxyConfiguration() tolerates every other upstream field", 
     "  tcpCloseWaitTimeout: 1h0m0s\n  tcpEstablishedTimeout: 24h0m0s\n" +
     "  udpStreamTimeout: 0s\n  udpTimeout: 0s\n" +
     'configSyncPeriod: 15m0s\nportRange: ""\nwindowsRunAsService: false\n';
-  assert.deepEqual(parse(body), {});
+  // Of all these, only conntrack: is read (the kernel settings the proxy makes).
+  assert.deepEqual(parse(body), {
+    conntrackMaxPerCore: 32768,
+    conntrackMin: 131072,
+    conntrackTCPBeLiberal: true,
+    conntrackTCPCloseWaitTimeoutMs: 3600_000,
+    conntrackTCPEstablishedTimeoutMs: 86_400_000,
+  });
+});
+
+Deno.test("parseKubeProxyConfiguration() reads conntrack: null pointers are defaults, 0 leaves the kernel alone", () => {
+  assert.deepEqual(
+    parse(
+      "conntrack:\n  maxPerCore: null\n  min: null\n  tcpBeLiberal: false\n" +
+        "  tcpCloseWaitTimeout: null\n  tcpEstablishedTimeout: null\n" +
+        "  udpStreamTimeout: 0s\n  udpTimeout: 0s\n",
+    ),
+    {},
+  );
+  assert.deepEqual(parse("conntrack:\n  maxPerCore: 0\n  tcpEstablishedTimeout: 0s\n"), {
+    conntrackMaxPerCore: 0,
+    conntrackTCPEstablishedTimeoutMs: 0,
+  });
+  assertRejects(
+    "conntrack:\n  maxPerCore: -1\n",
+    "config kube-proxy.yaml: conntrack.maxPerCore is -1, must be a whole number from 0 to 2147483647",
+  );
+  assertRejects(
+    "conntrack:\n  tcpEstablishedTimeout: 1500ms\n",
+    'config kube-proxy.yaml: conntrack.tcpEstablishedTimeout is "1500ms", must be whole seconds (the kernel counts seconds)',
+  );
+  assertRejects(
+    "conntrack:\n  maxPerCpu: 5\n",
+    'config kube-proxy.yaml: unknown field "conntrack.maxPerCpu" (not part of kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration)',
+  );
 });
 
 Deno.test("parseKubeProxyConfiguration() rejects wrong types with the field's name", () => {
@@ -542,6 +576,13 @@ const CUSTOM: Config = {
   master: "",
   fromFile: "",
   verbosity: 2,
+  conntrackMaxPerCore: 0,
+  conntrackMin: 4096,
+  conntrackTCPEstablishedTimeoutMs: 2 * 3600_000,
+  conntrackTCPCloseWaitTimeoutMs: 0,
+  conntrackTCPBeLiberal: true,
+  conntrackUDPTimeoutMs: 30_000,
+  conntrackUDPStreamTimeoutMs: 120_000,
 };
 
 /** Writes `config`, reads it back over the defaults. */
@@ -574,6 +615,15 @@ Deno.test("toKubeProxyConfiguration() writes upstream's schema with both backend
     bindAddress: "10.0.0.7",
     clientConnection: { kubeconfig: "/etc/kubernetes/kube-proxy.conf" },
     clusterCIDR: "10.244.0.0/16,fd00:10:244::/56",
+    conntrack: {
+      maxPerCore: 0,
+      min: 4096,
+      tcpBeLiberal: true,
+      tcpCloseWaitTimeout: "0s",
+      tcpEstablishedTimeout: "2h0m0s",
+      udpStreamTimeout: "2m0s",
+      udpTimeout: "30s",
+    },
     detectLocal: { bridgeInterface: "cbr0", interfaceNamePrefix: "veth" },
     detectLocalMode: "InterfaceNamePrefix",
     healthzBindAddress: "10.0.0.7:10256",

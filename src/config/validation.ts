@@ -327,6 +327,20 @@ export interface ValidateConfigOptions {
   describe?: (key: keyof Config) => string;
 }
 
+/** Why a conntrack table size (`conntrack.maxPerCore`, `conntrack.min`) is invalid, if it is. */
+export function checkConntrackCount(value: number): string | undefined {
+  return Number.isSafeInteger(value) && value >= 0 && value <= 2 ** 31 - 1
+    ? undefined
+    : "must be a whole number from 0 to 2147483647";
+}
+
+/** Why a conntrack timeout is invalid, if it is: whole seconds, not negative (0: leave alone). */
+export function checkConntrackTimeout(ms: number): string | undefined {
+  if (!Number.isFinite(ms) || ms < 0) return "must not be negative";
+  if (ms % 1000 !== 0) return "must be whole seconds (the kernel counts seconds)";
+  return ms / 1000 <= 2 ** 31 - 1 ? undefined : "must be at most 2147483647s";
+}
+
 /**
  * Checks a whole {@link Config}: every field, and the rules that tie fields together
  * (`minSyncPeriod <= syncPeriod`, an interface for `BridgeInterface` and `InterfaceNamePrefix`
@@ -400,6 +414,19 @@ export function validateConfig(config: Config, options: ValidateConfigOptions = 
   fail("metricsBindAddress", config.metricsBindAddress, checkHostPort(config.metricsBindAddress));
   fail("tableName", config.tableName, checkTableName(config.tableName));
   fail("verbosity", config.verbosity, checkVerbosity(config.verbosity));
+  for (const key of ["conntrackMaxPerCore", "conntrackMin"] as const) {
+    fail(key, config[key], checkConntrackCount(config[key]));
+  }
+  for (
+    const key of [
+      "conntrackTCPEstablishedTimeoutMs",
+      "conntrackTCPCloseWaitTimeoutMs",
+      "conntrackUDPTimeoutMs",
+      "conntrackUDPStreamTimeoutMs",
+    ] as const
+  ) {
+    fail(key, formatGoDuration(config[key]), checkConntrackTimeout(config[key]));
+  }
   return config;
 }
 
@@ -436,6 +463,15 @@ export function describeField(key: keyof Config, mode: ProxyMode): string {
     master: "--master",
     fromFile: "--from-file",
     verbosity: "logging.verbosity/-v",
+    conntrackMaxPerCore: "conntrack.maxPerCore/--conntrack-max-per-core",
+    conntrackMin: "conntrack.min/--conntrack-min",
+    conntrackTCPEstablishedTimeoutMs:
+      "conntrack.tcpEstablishedTimeout/--conntrack-tcp-timeout-established",
+    conntrackTCPCloseWaitTimeoutMs:
+      "conntrack.tcpCloseWaitTimeout/--conntrack-tcp-timeout-close-wait",
+    conntrackTCPBeLiberal: "conntrack.tcpBeLiberal/--conntrack-tcp-be-liberal",
+    conntrackUDPTimeoutMs: "conntrack.udpTimeout/--conntrack-udp-timeout",
+    conntrackUDPStreamTimeoutMs: "conntrack.udpStreamTimeout/--conntrack-udp-timeout-stream",
   };
   return names[key];
 }
