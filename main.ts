@@ -112,9 +112,12 @@ export async function main(args: readonly string[]): Promise<number> {
   const encoder = new TextEncoder();
   const warn = (line: string) => log.warn(line);
   const iptables = new IptablesApplier({ backend: "auto", log: (line) => log.info(line) });
-  // A dry run may run away from a node (no root): it plans both families.
   let families: Families = { nft: undefined, iptables: undefined };
-  if (!actions.dryRun) {
+  if (actions.dryRun && config.mode === "nft") {
+    // The families this node's kernel takes; away from a node (no root) both are planned.
+    families = await familiesToProgram(config, nft, iptables, (line) => log.warn(line))
+      .catch(() => families);
+  } else if (!actions.dryRun) {
     try {
       families = await familiesToProgram(config, nft, iptables, (line) => log.warn(line));
     } catch (err) {

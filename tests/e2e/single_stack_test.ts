@@ -8,7 +8,13 @@
  */
 import assert from "node:assert/strict";
 import { endpointSlice, node, service, serviceCIDR } from "../fixtures/objects.ts";
-import { POD_PORT, SERVICE_CIDR_V4, SERVICE_CIDR_V6 } from "../fixtures/ip_plan.ts";
+import {
+  POD_CIDR_V4,
+  POD_CIDR_V6,
+  POD_PORT,
+  SERVICE_CIDR_V4,
+  SERVICE_CIDR_V6,
+} from "../fixtures/ip_plan.ts";
 import { writeNftWithoutIPv6 } from "../fixtures/nft_without_ipv6.ts";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe } from "../netns/topology.ts";
@@ -16,6 +22,7 @@ import { startProxy } from "./proxy_harness.ts";
 import { runNft } from "../../src/apply/nft.ts";
 
 const gate = await netnsTestGate();
+const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 
 Deno.test({
   name:
@@ -29,6 +36,7 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "knp-v4only-" });
     try {
       const ports = [{ name: "http", port: POD_PORT }];
+      const nft = await writeNftWithoutIPv6(dir);
       const proxy = await startProxy(topo, [
         node("node-a", { ips: [topo.node.ip4] }),
         serviceCIDR("kubernetes", [SERVICE_CIDR_V4, SERVICE_CIDR_V6]),
@@ -47,7 +55,7 @@ Deno.test({
           endpoints: topo.pods.map((p) => p.ip6!),
         }),
       ], {
-        env: { KUBE_NFTPROXY_NFT: await writeNftWithoutIPv6(dir) },
+        env: { KUBE_NFTPROXY_NFT: nft },
         args: ["--nftables-sync-period=1s"],
       });
       try {
@@ -62,6 +70,21 @@ Deno.test({
         const log = proxy.output();
         assert.equal(log.match(/refuses ip6 rules/g)?.length, 1, log);
         assert.doesNotMatch(log, /sync failed|removed or flushed/, log);
+        // A dry run on this node diffs the family it programs, not an ip6 table it never could.
+        const dry = await topo.exec(topo.node.ns, [
+          Deno.execPath(),
+          "run",
+          "--cached-only",
+          "-A",
+          MAIN,
+          `--from-file=${proxy.file}`,
+          "--hostname-override=node-a",
+          `--cluster-cidr=${POD_CIDR_V4},${POD_CIDR_V6}`,
+          "--dry-run",
+        ], { env: { KUBE_NFTPROXY_NFT: nft }, timeoutMs: 60_000 });
+        assert.equal(dry.code, 0, dry.stderr);
+        assert.equal(dry.stdout.split("\n")[0], "# ip kube-nftproxy: no change", dry.stdout);
+        assert.doesNotMatch(dry.stdout, /ip6/);
       } finally {
         await proxy.stop();
       }
