@@ -1,6 +1,7 @@
 /**
  * Isolation of the iptables mode: rules and chains that are not ours — a DNAT rule someone
- * added to PREROUTING, Docker-like chains in nat and filter, and an nft table of another
+ * added to PREROUTING, Docker-like chains in nat and filter, a mark rule in mangle (where our
+ * only chain is the empty KUBE-PROXY-CANARY), and an nft table of another
  * program — are byte-identical after syncs (full and partial), after cleanup and across mode
  * switches, with both iptables back ends.
  */
@@ -33,6 +34,11 @@ COMMIT
 -A FORWARD -j DOCKER-USER
 -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
 -A DOCKER-USER -j RETURN
+COMMIT
+*mangle
+:FOREIGN-MARK - [0:0]
+-A PREROUTING -p tcp -m tcp --dport 2222 -j FOREIGN-MARK
+-A FOREIGN-MARK -j MARK --set-xmark 0x1/0xffffffff
 COMMIT
 `;
 

@@ -44,8 +44,19 @@ export const FILTER = {
   clusterIPs: "KUBE-CLUSTER-IPS",
 } as const;
 
-/** The two tables the proxy writes. */
+/** The two tables the proxy writes rules to. */
 export type Table = "filter" | "nat";
+
+/**
+ * An empty chain in the mangle, nat and filter tables of each family, as upstream kube-proxy's
+ * `KUBE-PROXY-CANARY`: it holds no rule and nothing jumps to it, so it is gone only when
+ * someone else deleted our chains (`iptables -X`, a firewall reload). The rules watcher
+ * (`src/apply/iptables_watch.ts`) looks for it to notice that our rules need restoring.
+ */
+export const CANARY = "KUBE-PROXY-CANARY";
+
+/** The tables holding a {@link CANARY}: mangle first, the small table upstream watches. */
+export const CANARY_TABLES = ["mangle", "nat", "filter"] as const;
 
 /** Every fixed chain, per table, in the order a script declares them. */
 export const FIXED_CHAINS: Readonly<Record<Table, readonly string[]>> = {
@@ -56,8 +67,9 @@ export const FIXED_CHAINS: Readonly<Record<Table, readonly string[]>> = {
     FILTER.nodePorts,
     FILTER.proxyFirewall,
     FILTER.clusterIPs,
+    CANARY,
   ],
-  nat: [NAT.services, NAT.nodePorts, NAT.postrouting, NAT.markMasq],
+  nat: [NAT.services, NAT.nodePorts, NAT.postrouting, NAT.markMasq, CANARY],
 };
 
 /** Prefixes of the per-service chains (all in `nat`). */

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { FIXED_CHAINS, isServiceChainName, type Table } from "./names.ts";
+import { CANARY, FIXED_CHAINS, isServiceChainName, type Table } from "./names.ts";
 
 /** One of our jump rules from a built-in chain into a KUBE-* chain. */
 export interface JumpRule {
@@ -87,12 +87,12 @@ export interface SavedRule {
   readonly spec: string;
 }
 
-/** `iptables-save` output split into tables (absent tables are empty). */
-export type SavedTables = Readonly<Record<Table, SavedTable>>;
+/** `iptables-save` output split into tables (absent tables are empty; mangle for the canary). */
+export type SavedTables = Readonly<Record<Table | "mangle", SavedTable>>;
 
 const EMPTY: SavedTable = { chains: new Set(), rules: [] };
 
-/** Parses `iptables-save` output (any number of tables; only filter and nat are kept). */
+/** Parses `iptables-save` output (any number of tables; only filter, nat and mangle are kept). */
 export function parseSave(text: string): SavedTables {
   const tables: Record<string, { chains: Set<string>; rules: SavedRule[] }> = {};
   let current: { chains: Set<string>; rules: SavedRule[] } | undefined;
@@ -104,14 +104,33 @@ export function parseSave(text: string): SavedTables {
     } else if (line.startsWith(":")) {
       current.chains.add(line.slice(1).split(" ")[0]);
     } else if (line.startsWith("-A ")) {
-      const rest = line.slice(3);
-      const space = rest.indexOf(" ");
-      const chain = space < 0 ? rest : rest.slice(0, space);
-      const spec = space < 0 ? "" : rest.slice(space + 1);
-      current.rules.push({ chain, spec, words: splitWords(spec) });
+      current.rules.push(parseRule(line));
     }
   }
-  return { filter: tables.filter ?? EMPTY, nat: tables.nat ?? EMPTY };
+  return {
+    filter: tables.filter ?? EMPTY,
+    nat: tables.nat ?? EMPTY,
+    mangle: tables.mangle ?? EMPTY,
+  };
+}
+
+/** One `-A CHAIN …` line of `iptables-save` or `iptables -S`. */
+function parseRule(line: string): SavedRule {
+  const rest = line.slice(3);
+  const space = rest.indexOf(" ");
+  const chain = space < 0 ? rest : rest.slice(0, space);
+  const spec = space < 0 ? "" : rest.slice(space + 1);
+  return { chain, spec, words: splitWords(spec) };
+}
+
+/**
+ * True when the output of `iptables -t TABLE -S CHAIN` (or any `-A …` lines) holds this jump
+ * rule: same chain, target and comment, wherever it stands.
+ */
+export function listingHasJump(listing: string, jump: JumpRule): boolean {
+  return listing.split("\n").some((line) =>
+    line.startsWith(`-A ${jump.chain} `) && isJump(parseRule(line), jump)
+  );
 }
 
 /** Splits a rule specification into words, honouring iptables-save's double quotes. */
@@ -195,17 +214,16 @@ export function reconcileSection(section: string, saved: SavedTables): string {
 /**
  * The restore input that removes everything this proxy created from one family's tables: our
  * jump rules (deleted by their exact saved specification) and our chains (flushed, then
- * deleted). A chain a foreign rule jumps to is left as it is, with everything it jumps to.
- * Returns "" when there is nothing of ours.
+ * deleted), the canary chains of filter, nat and mangle included. A chain a foreign rule jumps
+ * to is left as it is, with everything it jumps to. Returns "" when there is nothing of ours.
  */
 export function cleanupScript(saved: SavedTables): string {
   let script = "";
-  for (const table of ["filter", "nat"] as const) {
+  for (const table of ["filter", "nat", "mangle"] as const) {
     const t = saved[table];
+    const fixed: readonly string[] = table === "mangle" ? [CANARY] : FIXED_CHAINS[table];
     const ours = new Set(
-      [...t.chains].filter((c) =>
-        FIXED_CHAINS[table].includes(c) || (table === "nat" && isServiceChainName(c))
-      ),
+      [...t.chains].filter((c) => fixed.includes(c) || (table === "nat" && isServiceChainName(c))),
     );
     const jumps = t.rules.filter((r) => JUMP_RULES.some((j) => j.table === table && isJump(r, j)));
     const keep = referencedFrom(

@@ -3,6 +3,7 @@ import {
   cleanupScript,
   JUMP_RULES,
   jumpRuleSpec,
+  listingHasJump,
   missingJumps,
   parseSave,
   reconcileSection,
@@ -134,4 +135,46 @@ Deno.test("cleanupScript() removes our jumps and chains and names nothing foreig
     ].join("\n"),
   );
   assert.equal(cleanupScript(parseSave("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n")), "");
+});
+
+Deno.test("cleanupScript() removes the canary chains of mangle, nat and filter, nothing else", () => {
+  const saved = parseSave(`*mangle
+:PREROUTING ACCEPT [0:0]
+:KUBE-PROXY-CANARY - [0:0]
+:FOREIGN-MARK - [0:0]
+-A PREROUTING -p tcp -m tcp --dport 2222 -j FOREIGN-MARK
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:KUBE-PROXY-CANARY - [0:0]
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:KUBE-PROXY-CANARY - [0:0]
+COMMIT
+`);
+  assert.equal(
+    cleanupScript(saved),
+    ["filter", "nat", "mangle"].map((table) =>
+      `*${table}\n:KUBE-PROXY-CANARY - [0:0]\n-X KUBE-PROXY-CANARY\nCOMMIT\n`
+    ).join(""),
+  );
+});
+
+Deno.test("listingHasJump() finds our jump in `iptables -S CHAIN` output wherever it stands", () => {
+  const prerouting = JUMP_RULES.find((j) => j.chain === "PREROUTING" && j.table === "nat")!;
+  const listing = (rules: string[]) => ["-P PREROUTING ACCEPT", ...rules].join("\n") + "\n";
+  const ours = `-A PREROUTING ${jumpRuleSpec(prerouting)}`;
+  const foreign = "-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER";
+  assert.equal(listingHasJump(listing([foreign, ours]), prerouting), true);
+  assert.equal(listingHasJump(listing([foreign]), prerouting), false);
+  assert.equal(
+    listingHasJump(
+      listing(['-A PREROUTING -m comment --comment "other" -j KUBE-SERVICES']),
+      prerouting,
+    ),
+    false,
+    "a foreign jump to a chain of the same name is not ours",
+  );
+  assert.equal(listingHasJump("", prerouting), false);
 });

@@ -61,7 +61,8 @@ export function splitSections(script: string): FamilySection[] {
 
 /** One table's part of a section: chains to declare (flush or create), rule lines, trailer. */
 export interface TableSection {
-  readonly table: Table;
+  /** Mangle only for the empty `KUBE-PROXY-CANARY` chain. */
+  readonly table: Table | "mangle";
   /** Chains declared with `:NAME - [0:0]`: created, or flushed when they exist. */
   readonly declare: readonly string[];
   /** `-A`, `-I`, `-D` lines, in order. */

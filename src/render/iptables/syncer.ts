@@ -9,7 +9,9 @@
  * the applier's business, from the kernel's current rules).
  *
  * - A full sync declares and fills every chain and deletes the per-service chains it applied
- *   before and no longer wants (the applier adds leftovers of earlier processes).
+ *   before and no longer wants (the applier adds leftovers of earlier processes). It also
+ *   declares the empty {@link CANARY} chains (filter, nat and, last, mangle) whose absence
+ *   tells the rules watcher that someone deleted our chains.
  * - A partial sync re-renders only the changed service ports. Their own chains are rewritten
  *   only where their rules changed; the fixed chains (KUBE-SERVICES, KUBE-NODEPORTS, the filter
  *   chains) are re-assembled from every service port's rules and rewritten only when they
@@ -21,7 +23,7 @@
  */
 import type { ServicePort } from "../../model/service_port.ts";
 import type { SyncInput, SyncRequest } from "../nft/syncer.ts";
-import { FIXED_CHAINS, type Table } from "./names.ts";
+import { CANARY, FIXED_CHAINS, type Table } from "./names.ts";
 import type { IptablesRenderOptions } from "./options.ts";
 import {
   type FixedChains,
@@ -112,7 +114,8 @@ export class IptablesSyncer {
         declare: [...natDeclare, ...stale],
         rules: natRules,
         trailer: stale.map((name) => `-X ${name}`),
-      });
+      }) +
+      renderTable({ table: "mangle", declare: [CANARY], rules: [] });
     return {
       script,
       full: true,
