@@ -1,8 +1,8 @@
 /**
  * Test-only entry point running the proxy in iptables mode until main.ts is wired for it: the
  * same command line as main.ts, the file source, {@link IptablesPlanner} and
- * {@link IptablesApplier}, and the nft tables removed after the first successful sync (mode
- * switch). `KNP_IPTABLES_BACKEND` (`nft`, `legacy` or `auto`, default `auto`) picks the back end.
+ * {@link IptablesApplier}, the nft tables removed after the first successful sync (mode
+ * switch), and self-healing with {@link iptablesRulesIntact}. `KNP_IPTABLES_BACKEND` (`nft`, `legacy` or `auto`, default `auto`) picks the back end.
  *
  * @example
  * ```sh
@@ -20,6 +20,7 @@ import {
   readConntrackTCPLiberal,
   removeOtherMode,
 } from "../../src/apply/iptables.ts";
+import { iptablesRulesIntact } from "../../src/apply/iptables_watch.ts";
 import { createLogger } from "../../src/log.ts";
 import { IptablesPlanner } from "../../src/render/iptables/planner.ts";
 import { runProxy } from "../../src/runner/proxy.ts";
@@ -73,6 +74,9 @@ export async function main(args: readonly string[]): Promise<number> {
     source: new FileSource(config.fromFile, { log: (line) => log.warn(line) }),
     planner,
     apply,
+    // Self-healing: a full sync as soon as someone flushed our rules or deleted the canary.
+    rulesIntact: async () =>
+      iptablesRulesIntact({ backend: await applier.backend(), families: ["IPv4", "IPv6"] }),
   }, { once: actions.once, signal: controller.signal });
 }
 
