@@ -35,6 +35,7 @@ import {
 } from "./src/apply/iptables.ts";
 import { cleanStaleAffinity } from "./src/apply/affinity.ts";
 import { nftRulesIntact } from "./src/apply/nft_watch.ts";
+import { iptablesRulesIntact } from "./src/apply/iptables_watch.ts";
 import {
   iptablesFamilySupport,
   nftFamilySupport,
@@ -111,7 +112,10 @@ export async function main(args: readonly string[]): Promise<number> {
   }
   const encoder = new TextEncoder();
   const warn = (line: string) => log.warn(line);
-  const iptables = new IptablesApplier({ backend: "auto", log: (line) => log.info(line) });
+  const iptables = new IptablesApplier({
+    backend: config.iptablesBackend,
+    log: (line) => log.info(line),
+  });
   let families: Families = { nft: undefined, iptables: undefined };
   if (actions.dryRun && config.mode === "nft") {
     // The families this node's kernel takes; away from a node (no root) both are planned.
@@ -131,6 +135,9 @@ export async function main(args: readonly string[]): Promise<number> {
     conntrack.changed.forEach((line) => log.info(`conntrack: set ${line}`));
     conntrack.refused.forEach((line) => log.warn(`conntrack: ${line}`));
   }
+  const iptablesBackend = config.mode === "iptables" && !actions.dryRun
+    ? await iptables.backend()
+    : undefined;
   const nftPlanner = config.mode === "nft"
     ? new NftPlanner(config, { families: families.nft })
     : undefined;
@@ -170,9 +177,17 @@ export async function main(args: readonly string[]): Promise<number> {
         ? undefined
         : () => cleanStaleAffinity(nftPlanner, { table: config.tableName, ...nft }),
       localAddresses: localInterfaceAddresses,
-      rulesIntact: actions.dryRun || nftPlanner === undefined
+      rulesIntact: actions.dryRun
         ? undefined
-        : () => nftRulesIntact(config.tableName, nftFamilies),
+        : nftPlanner !== undefined
+        ? () => nftRulesIntact(config.tableName, nftFamilies)
+        : async () =>
+          iptablesRulesIntact({
+            backend: await iptables.backend(),
+            families: families.iptables ?? ["IPv4", "IPv6"],
+          }),
+      // iptables-legacy reads a whole nat table per check (~0.5 s at 10k services).
+      rulesCheckIntervalMs: iptablesBackend === "legacy" ? 10_000 : undefined,
       serviceConnections: actions.dryRun || nftPlanner === undefined
         ? undefined
         : serviceConnections(config.tableName, nftFamilies),

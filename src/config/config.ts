@@ -10,6 +10,9 @@
 /** Which backend renders and applies the rules. */
 export type ProxyMode = "nft" | "iptables";
 
+/** Which iptables implementation programs the kernel in iptables mode; `auto` detects it. */
+export type IptablesBackendChoice = "auto" | "nft" | "legacy";
+
 /** How traffic from inside the cluster is told apart from traffic from outside. */
 export type DetectLocalMode =
   | "ClusterCIDR"
@@ -50,6 +53,12 @@ export interface Config {
   metricsBindAddress: string;
   /** Name of the nft table (both `ip` and `ip6` families). Default `kube-nftproxy`. */
   tableName: string;
+  /**
+   * iptables mode: `nft` (iptables-nft), `legacy` (iptables-legacy) or `auto`, the one the node
+   * already uses (kubelet's hint chains, then existing rules), like upstream's image. Default
+   * `auto`.
+   */
+  iptablesBackend: IptablesBackendChoice;
   /** Path of a kubeconfig file; empty means in-cluster or `master`. */
   kubeconfig: string;
   /** API server URL overriding the kubeconfig's. */
@@ -95,6 +104,7 @@ export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze(
     healthzBindAddress: "0.0.0.0:10256",
     metricsBindAddress: "127.0.0.1:10249",
     tableName: "kube-nftproxy",
+    iptablesBackend: "auto",
     kubeconfig: "",
     master: "",
     fromFile: "",

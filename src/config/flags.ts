@@ -253,6 +253,13 @@ function buildProgram() {
     )
     .addOption(
       new Option(
+        "--iptables-backend <backend>",
+        "iptables mode: nft (iptables-nft), legacy (iptables-legacy) or auto, the one the " +
+          `node already uses${byDefault(d.iptablesBackend)}`,
+      ).choices(["auto", "nft", "legacy"] as const),
+    )
+    .addOption(
+      new Option(
         "--proxy-mode <mode>",
         'upstream spelling of --mode: nftables, iptables or "" (ipvs is not supported)',
       ),
@@ -580,6 +587,9 @@ function readValueFlags(
   if (flags.conntrackTcpBeLiberal !== undefined) {
     const flag = "--conntrack-tcp-be-liberal";
     set("conntrackTCPBeLiberal", parseBooleanFlag(flag, flags.conntrackTcpBeLiberal), flag);
+  }
+  if (flags.iptablesBackend !== undefined) {
+    set("iptablesBackend", flags.iptablesBackend, "--iptables-backend");
   }
   const servers = [
     [

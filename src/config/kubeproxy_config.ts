@@ -169,6 +169,11 @@ export function toKubeProxyConfiguration(
   const notes = ["Written by kube-nftproxy --write-config-to; kube-proxy reads it as well."];
   const flagOnly = [
     ["--table-name", config.tableName !== DEFAULT_CONFIG.tableName, config.tableName],
+    [
+      "--iptables-backend",
+      config.iptablesBackend !== DEFAULT_CONFIG.iptablesBackend,
+      config.iptablesBackend,
+    ],
     ["--master", config.master !== "", config.master],
     ["--from-file", config.fromFile !== "", config.fromFile],
   ].filter(([, differs]) => differs).map(([flag, , value]) => `${flag}=${value}`);

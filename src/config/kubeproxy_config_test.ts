@@ -572,6 +572,7 @@ const CUSTOM: Config = {
   healthzBindAddress: "10.0.0.7:10256",
   metricsBindAddress: "[::1]:9100",
   tableName: DEFAULT_CONFIG.tableName,
+  iptablesBackend: "auto",
   kubeconfig: "/etc/kubernetes/kube-proxy.conf",
   master: "",
   fromFile: "",

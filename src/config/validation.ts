@@ -413,6 +413,9 @@ export function validateConfig(config: Config, options: ValidateConfigOptions = 
   fail("healthzBindAddress", config.healthzBindAddress, checkHostPort(config.healthzBindAddress));
   fail("metricsBindAddress", config.metricsBindAddress, checkHostPort(config.metricsBindAddress));
   fail("tableName", config.tableName, checkTableName(config.tableName));
+  if (!["auto", "nft", "legacy"].includes(config.iptablesBackend)) {
+    fail("iptablesBackend", config.iptablesBackend, "must be auto, nft or legacy");
+  }
   fail("verbosity", config.verbosity, checkVerbosity(config.verbosity));
   for (const key of ["conntrackMaxPerCore", "conntrackMin"] as const) {
     fail(key, config[key], checkConntrackCount(config[key]));
@@ -459,6 +462,7 @@ export function describeField(key: keyof Config, mode: ProxyMode): string {
     healthzBindAddress: "healthzBindAddress/--healthz-bind-address",
     metricsBindAddress: "metricsBindAddress/--metrics-bind-address",
     tableName: "--table-name",
+    iptablesBackend: "--iptables-backend",
     kubeconfig: "clientConnection.kubeconfig/--kubeconfig",
     master: "--master",
     fromFile: "--from-file",

@@ -1,6 +1,6 @@
 /**
  * Test helpers of the iptables mode: throwaway namespaces to load rendered iptables scripts
- * into (both back ends), and the proxy in iptables mode (`iptables_proxy_entry.ts`) running in
+ * into (both back ends), and the proxy (`main.ts --mode=iptables --iptables-backend=…`) running in
  * a topology's node namespace, like `proxy_harness.ts` does for `main.ts`.
  *
  * @module
@@ -65,7 +65,7 @@ export function withoutComments(saved: string): string {
   return saved.split("\n").filter((l) => !l.startsWith("#")).join("\n");
 }
 
-const ENTRY = new URL("./iptables_proxy_entry.ts", import.meta.url).pathname;
+const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 
 /** A proxy in iptables mode running in the node namespace. */
 export interface RunningIptablesProxy {
@@ -81,7 +81,7 @@ export interface RunningIptablesProxy {
 export interface StartIptablesProxyOptions {
   /** Extra command-line arguments. */
   args?: string[];
-  /** Back end (`KNP_IPTABLES_BACKEND`). Default `nft`. */
+  /** Back end (`--iptables-backend`). Default `nft`. */
   backend?: IptablesBackend;
 }
 
@@ -94,7 +94,7 @@ export async function startIptablesProxy(
   objects: readonly RawObject[],
   options: StartIptablesProxyOptions = {},
 ): Promise<RunningIptablesProxy> {
-  await cacheDependencies(ENTRY);
+  await cacheDependencies(MAIN);
   const dir = await Deno.makeTempDir({ prefix: "knp-e2e-" });
   const file = `${dir}/cluster.yaml`;
   await Deno.writeTextFile(file, stringify(objects));
@@ -103,8 +103,9 @@ export async function startIptablesProxy(
     "run",
     "--cached-only",
     "-A",
-    ENTRY,
+    MAIN,
     "--mode=iptables",
+    `--iptables-backend=${options.backend ?? "nft"}`,
     `--from-file=${file}`,
     `--hostname-override=${NODE_NAME}`,
     `--cluster-cidr=${POD_CIDR_V4},${POD_CIDR_V6}`,
@@ -112,11 +113,7 @@ export async function startIptablesProxy(
     "-v=2",
     ...(options.args ?? []),
   ], {
-    env: {
-      DENO_NO_UPDATE_CHECK: "1",
-      NO_COLOR: "1",
-      KNP_IPTABLES_BACKEND: options.backend ?? "nft",
-    },
+    env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" },
   });
   const syncs = () => process.output().match(/ synced /g)?.length ?? 0;
   const waitForSync = async (after: number) => {
