@@ -24,6 +24,7 @@ import { applyConntrackSettings, conntrackSettings } from "./src/apply/conntrack
 import { applyNft, deleteTables } from "./src/apply/nft.ts";
 import { createLogger } from "./src/log.ts";
 import { dryRunNft, formatDryRun } from "./src/dryrun/dry_run.ts";
+import { TableTextError } from "./src/dryrun/table_image.ts";
 import { NftPlanner } from "./src/render/nft/planner.ts";
 import { IptablesPlanner } from "./src/render/iptables/planner.ts";
 import {
@@ -193,7 +194,14 @@ export async function main(args: readonly string[]): Promise<number> {
         : serviceConnections(config.tableName, nftFamilies),
     }, { once: actions.once || actions.dryRun, signal: controller.signal });
     if (code !== 0 || !actions.dryRun || nftPlanner === undefined) return code;
-    const report = await dryRunNft(planned, nft);
+    let report;
+    try {
+      report = await dryRunNft(planned, nft);
+    } catch (err) {
+      if (!(err instanceof TableTextError)) throw err;
+      log.error(`cannot read the kernel's tables for a dry run: ${err.message}`);
+      return 1;
+    }
     report.warnings.forEach((line) => log.warn(`${line}; diffing against an empty table`));
     await Deno.stdout.write(encoder.encode(formatDryRun(report.diff, actions.output)));
     return 0;

@@ -11,7 +11,12 @@
  */
 import { type NftRunnerOptions, runNft } from "../apply/nft.ts";
 import { diffTables, type DryRunDiff, type TableDiff } from "./table_diff.ts";
-import { type TableImage, tablesFromListing, tablesFromScript } from "./table_image.ts";
+import {
+  type TableImage,
+  tablesFromListing,
+  tablesFromScript,
+  TableTextError,
+} from "./table_image.ts";
 
 /** How the diff is printed. */
 export type DryRunOutput = "text" | "json";
@@ -25,6 +30,7 @@ export interface DryRunReport {
 
 /**
  * Diffs the kernel's tables against `script` (the proxy's full-sync script for every family).
+ * Throws {@link TableTextError}, naming the table and line, when a listing cannot be read.
  *
  * @example
  * ```ts
@@ -67,7 +73,12 @@ async function listTable(
     const why = out.stderr.trim().split("\n")[0] || `nft exited with ${out.code}`;
     return { warning: `cannot read table ${family} ${name} from the kernel (${why})` };
   }
-  return { table: tablesFromListing(out.stdout).get(`${family} ${name}`) };
+  try {
+    return { table: tablesFromListing(out.stdout).get(`${family} ${name}`) };
+  } catch (err) {
+    if (!(err instanceof TableTextError)) throw err;
+    throw new TableTextError(`table ${family} ${name}: ${err.message}`);
+  }
 }
 
 /**

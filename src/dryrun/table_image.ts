@@ -197,7 +197,9 @@ export function tablesFromListing(listing: string): Map<string, TableImage> {
       continue;
     }
     const block = /^(set|map|chain|flowtable|counter|quota|limit|ct \S+) (\S+) \{$/.exec(line);
-    if (block === null) throw new TableTextError(`listing line ${n}: ${clip(line)}`);
+    if (block === null) {
+      throw new TableTextError(`listing line ${n}: not a set, map or chain: ${clip(line)}`);
+    }
     const body: string[] = [];
     for (let inner = next(); inner !== "}"; inner = next()) {
       if (inner === undefined) throw new TableTextError(`listing ends inside ${block[2]}`);
