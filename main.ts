@@ -78,6 +78,9 @@ export async function main(args: readonly string[]): Promise<number> {
         return report.diff;
       },
       localAddresses: localInterfaceAddresses,
+      // Probed like the daemon does; if the kernel cannot be asked, both.
+      families: (config) =>
+        nftFamilySupport(config.tableName, { nftPath }).then((s) => s.usable, () => ["ip", "ip6"]),
     });
   }
   let commandLine;

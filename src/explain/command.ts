@@ -12,6 +12,7 @@ import type { Config } from "../config/config.ts";
 import { parseCommandLine } from "../config/flags.ts";
 import type { DryRunDiff } from "../dryrun/table_diff.ts";
 import { NftPlanner } from "../render/nft/planner.ts";
+import type { NftFamily } from "../render/nft/transaction.ts";
 import type { Source } from "../source/events.ts";
 import { parseClusterFile } from "../source/file_source.ts";
 import { ProxyState } from "../tracker/proxy_state.ts";
@@ -37,6 +38,8 @@ export interface ExplainIO {
   kernelDiff?(script: string): Promise<DryRunDiff>;
   /** This node's interface addresses (`--live`: CIDR `nodePortAddresses`, as the proxy sees). */
   localAddresses?(): readonly string[] | undefined;
+  /** The nft families the kernel takes (`--live`), as the proxy programs them. Default both. */
+  families?(config: Config): Promise<readonly NftFamily[]>;
 }
 
 /** How long the API server may take to list the cluster. */
@@ -193,7 +196,11 @@ export async function explainCommand(args: readonly string[], io: ExplainIO): Pr
     if (flags.live) {
       if (io.kernelDiff === undefined) throw new Error("--live cannot read the kernel here");
       if (config.mode !== "nft") throw new Error("--live reads nft tables: use --mode=nft");
-      const plan = new NftPlanner(config).plan(input, { full: true, changed: new Set() });
+      const families = await io.families?.(config);
+      const plan = new NftPlanner(config, { families }).plan(input, {
+        full: true,
+        changed: new Set(),
+      });
       kernel = kernelAgreement(await io.kernelDiff(plan.script), query, explanation);
     }
   } catch (err) {

@@ -85,6 +85,23 @@ Deno.test({
         assert.equal(dry.code, 0, dry.stderr);
         assert.equal(dry.stdout.split("\n")[0], "# ip kube-nftproxy: no change", dry.stdout);
         assert.doesNotMatch(dry.stdout, /ip6/);
+        // And explain --live finds the IPv4 rules it explains in the kernel.
+        const explained = await topo.exec(topo.node.ns, [
+          Deno.execPath(),
+          "run",
+          "--cached-only",
+          "-A",
+          MAIN,
+          "explain",
+          `--from=${topo.client.ip4}`,
+          "--to=10.96.0.10:80/tcp",
+          "--live",
+          `--from-file=${proxy.file}`,
+          "--hostname-override=node-a",
+          `--cluster-cidr=${POD_CIDR_V4},${POD_CIDR_V6}`,
+        ], { env: { KUBE_NFTPROXY_NFT: nft }, timeoutMs: 60_000 });
+        assert.equal(explained.code, 0, explained.stderr);
+        assert.match(explained.stdout, /^kernel: +the live rules are these/m, explained.stdout);
       } finally {
         await proxy.stop();
       }
