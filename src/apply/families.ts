@@ -4,8 +4,8 @@
  * `ip6tables` nat table); since a sync is one transaction, one refused family would fail every
  * sync and leave IPv4 services unprogrammed too. Asked once at start-up, like upstream
  * kube-proxy does: each family is probed without changing anything (`nft -c` of a table with
- * a nat and a filter base chain; `ip6tables-save -t nat`), and a family the kernel refuses is
- * left out with a warning. Without IPv4 there is nothing to proxy.
+ * a nat and a filter base chain; `ip6tables-save -t nat` and `-t mangle`), and a family the
+ * kernel refuses is left out with a warning. Without IPv4 there is nothing to proxy.
  *
  * @module
  */
@@ -50,16 +50,20 @@ export async function nftFamilySupport(
 }
 
 /**
- * Probes `iptables-save -t nat` and `ip6tables-save -t nat` of the back end (read-only).
- * Throws {@link NoIPv4Error} when IPv4 is refused.
+ * Probes `iptables-save -t nat` and `-t mangle` (the canary's table) of each family with the
+ * back end (read-only). Throws {@link NoIPv4Error} when IPv4 is refused.
  */
 export async function iptablesFamilySupport(
   options: IptablesRunnerOptions = {},
 ): Promise<FamilySupport<IPFamily>> {
   return await probe<IPFamily>(["IPv4", "IPv6"], async (family) => {
     const program = iptablesProgram("save", family, options.backend ?? "nft");
-    const out = await runProgram([program, "-t", "nat"], { ...options, timeoutMs: 10_000 });
-    if (out.code !== 0) throw new Error(out.stderr.trim() || `${program} exited with ${out.code}`);
+    for (const table of ["nat", "mangle"]) {
+      const out = await runProgram([program, "-t", table], { ...options, timeoutMs: 10_000 });
+      if (out.code !== 0) {
+        throw new Error(out.stderr.trim() || `${program} -t ${table} exited with ${out.code}`);
+      }
+    }
   });
 }
 

@@ -6,7 +6,7 @@ import {
   shortId,
 } from "../../tests/netns/netns.ts";
 import { writeNftWithoutIPv6 } from "../../tests/fixtures/nft_without_ipv6.ts";
-import { nftFamilySupport, NoIPv4Error } from "./families.ts";
+import { iptablesFamilySupport, nftFamilySupport, NoIPv4Error } from "./families.ts";
 import { runNft } from "./nft.ts";
 
 const gate = await netnsTestGate();
@@ -40,6 +40,25 @@ Deno.test({
     } finally {
       await deleteNamespace(ns);
       await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name: "iptablesFamilySupport() finds both families' nat and mangle tables with either back end",
+  ignore: gate.ignore,
+  async fn() {
+    const ns = `knp-${shortId()}-fam`;
+    try {
+      await createNamespace(ns);
+      for (const backend of ["nft", "legacy"] as const) {
+        assert.deepEqual(await iptablesFamilySupport({ backend, netns: ns }), {
+          usable: ["IPv4", "IPv6"],
+          refused: [],
+        });
+      }
+    } finally {
+      await deleteNamespace(ns);
     }
   },
 });
