@@ -90,11 +90,13 @@ function localDetector(
   config: Config,
   node: NodeInfo | null,
   family: IPFamily,
-): { local: string; notLocal: string } | null {
-  // One CIDR per family, like upstream's detector.
+): { local: string; notLocal: string | null } | null {
+  // One CIDR per family, like upstream's detector. Every source is inside a /0, so nothing is
+  // "not local" (and iptables-nft refuses `! -s 0.0.0.0/0`).
   const byCIDR = (cidrs: readonly string[]) => {
     const cidr = cidrs.find((c) => familyOf(c.split("/")[0]) === family);
-    return cidr === undefined ? null : { local: `-s ${cidr}`, notLocal: `! -s ${cidr}` };
+    if (cidr === undefined) return null;
+    return { local: `-s ${cidr}`, notLocal: cidr.endsWith("/0") ? null : `! -s ${cidr}` };
   };
   const byInterface = (name: string, suffix: string) =>
     INTERFACE_NAME.test(name)

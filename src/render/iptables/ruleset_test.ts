@@ -230,6 +230,9 @@ Deno.test("renderServicePort() masquerades per masqueradeAll and the local-traff
     mark({ detectLocalMode: "NodeCIDR" })[0],
     /! -s 10\.244\.1\.0\/24 -j KUBE-MARK-MASQ$/,
   );
+  // Every source is inside a /0 cluster CIDR: nothing to masquerade (and iptables-nft refuses
+  // `! -s 0.0.0.0/0`, which made every sync fail).
+  assert.deepEqual(mark({ clusterCIDRs: ["0.0.0.0/0", "::/0"] }), []);
 });
 
 Deno.test("renderServicePort() drops endpoint comments in large-cluster mode, like upstream", () => {
