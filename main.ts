@@ -23,7 +23,12 @@ import { runConntrackCleanup } from "./src/apply/conntrack.ts";
 import { applyConntrackSettings, conntrackSettings } from "./src/apply/conntrack_sysctls.ts";
 import { applyNft, deleteTables } from "./src/apply/nft.ts";
 import { createLogger } from "./src/log.ts";
-import { dryRunNft, formatDryRun } from "./src/dryrun/dry_run.ts";
+import {
+  dryRunIptables,
+  dryRunNft,
+  formatDryRun,
+  formatIptablesDryRun,
+} from "./src/dryrun/dry_run.ts";
 import { TableTextError } from "./src/dryrun/table_image.ts";
 import { NftPlanner } from "./src/render/nft/planner.ts";
 import { IptablesPlanner } from "./src/render/iptables/planner.ts";
@@ -158,9 +163,9 @@ export async function main(args: readonly string[]): Promise<number> {
   );
   /** In a dry run, the script the sync would have sent. */
   let planned = "";
-  const dryRunApply = async (script: string) => {
-    if (nftPlanner !== undefined) planned += script;
-    else await Deno.stdout.write(encoder.encode(script));
+  const dryRunApply = (script: string) => {
+    planned += script;
+    return Promise.resolve();
   };
   try {
     const code = await runProxy({
@@ -196,7 +201,13 @@ export async function main(args: readonly string[]): Promise<number> {
         ? undefined
         : serviceConnections(config.tableName, nftFamilies),
     }, { once: actions.once || actions.dryRun, signal: controller.signal });
-    if (code !== 0 || !actions.dryRun || nftPlanner === undefined) return code;
+    if (code !== 0 || !actions.dryRun) return code;
+    if (nftPlanner === undefined) {
+      const report = await dryRunIptables(planned, { backend: await iptables.backend() });
+      report.warnings.forEach((line) => log.warn(`${line}; diffing against empty tables`));
+      await Deno.stdout.write(encoder.encode(formatIptablesDryRun(report, actions.output)));
+      return 0;
+    }
     let report;
     try {
       report = await dryRunNft(planned, nft);

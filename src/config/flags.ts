@@ -235,13 +235,15 @@ function buildProgram() {
     .addOption(
       booleanFlag(
         "--dry-run",
-        "apply nothing: read the kernel's tables and print the transaction the proxy would " +
-          "send to bring them to the wanted state (nft mode; in iptables mode, the whole " +
-          "iptables-restore input), then exit",
+        "apply nothing: read the kernel's tables (or iptables rules) and print the " +
+          "transaction that would bring them to the wanted state, then exit",
       ),
     )
     .addOption(
-      new Option("--output <format>", "how --dry-run prints: text (an nft script) or json")
+      new Option(
+        "--output <format>",
+        "how --dry-run prints: text (an nft script, or iptables-restore input) or json",
+      )
         .choices(["text", "json"] as const),
     )
     .addOption(booleanFlag("--cleanup", "remove everything this proxy created, then exit"))

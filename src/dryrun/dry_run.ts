@@ -1,7 +1,8 @@
 /**
- * `--dry-run` in nft mode: reads the kernel's tables, diffs them against the script the proxy
- * would send, and formats the transaction that would bring them in line — as an `nft -f`
- * script with a summary in comments, or as JSON.
+ * `--dry-run`: reads the kernel's tables (nft) or rules (`iptables-save`), diffs them against
+ * the script the proxy would send, and formats the transaction that would bring them in line —
+ * as an `nft -f` script (or `iptables-restore --noflush` input per family) with a summary in
+ * comments, or as JSON.
  *
  * Nothing is written to the kernel. A table the kernel does not have is diffed as empty; when
  * the kernel cannot be read at all (no root, no nft), every table is diffed as empty and a
@@ -10,6 +11,10 @@
  * @module
  */
 import { type NftRunnerOptions, runNft } from "../apply/nft.ts";
+import { type IptablesBackend, type IptablesRunnerOptions, saveTables } from "../apply/iptables.ts";
+import { parseSave } from "../render/iptables/reconcile.ts";
+import { splitSections } from "../render/iptables/script.ts";
+import { diffIptablesSection, type IptablesFamilyDiff } from "./iptables_diff.ts";
 import { diffTables, type DryRunDiff, type TableDiff } from "./table_diff.ts";
 import {
   type TableImage,
@@ -115,4 +120,64 @@ function describe(t: TableDiff): string {
 
 function plural(n: number, one: string, verb: string, many = `${one}s`): string {
   return n === 0 ? "" : `${n} ${n === 1 ? one : many} ${verb}`;
+}
+
+/** The iptables-mode dry run: each family's diff, with the back end it was read from. */
+export interface IptablesDryRunReport {
+  readonly backend: IptablesBackend;
+  readonly families: readonly IptablesFamilyDiff[];
+  /** One line per family whose rules could not be read (then diffed as empty). */
+  readonly warnings: readonly string[];
+}
+
+/**
+ * Diffs the kernel's iptables rules (`iptables-save` of `backend`) against the iptables
+ * planner's full-sync `script`, family by family.
+ */
+export async function dryRunIptables(
+  script: string,
+  options: IptablesRunnerOptions & { backend: IptablesBackend },
+): Promise<IptablesDryRunReport> {
+  const families: IptablesFamilyDiff[] = [];
+  const warnings: string[] = [];
+  for (const section of splitSections(script)) {
+    let saved = parseSave("");
+    try {
+      saved = await saveTables(section.family, options);
+    } catch (err) {
+      warnings.push(`cannot read the ${section.family} rules (${(err as Error).message})`);
+    }
+    families.push(diffIptablesSection(section.family, section.text, saved));
+  }
+  return { backend: options.backend, families, warnings };
+}
+
+/**
+ * The iptables dry run as printed: per family a `#` summary, then its `iptables-restore
+ * --noflush` input (for `ip6tables-restore` in the IPv6 part); or JSON.
+ */
+export function formatIptablesDryRun(
+  report: IptablesDryRunReport,
+  output: DryRunOutput,
+): string {
+  if (output === "json") {
+    return `${JSON.stringify({ backend: report.backend, families: report.families }, null, 2)}\n`;
+  }
+  const parts: string[] = [];
+  for (const f of report.families) {
+    const program = `${f.family === "IPv6" ? "ip6" : "ip"}tables-restore --noflush`;
+    if (f.script === "") {
+      parts.push(`# ${f.family} (iptables-${report.backend}): no change\n`);
+      continue;
+    }
+    const said = [
+      plural(f.chainsWritten.length, "chain", "written"),
+      plural(f.chainsDeleted.length, "chain", "deleted"),
+      plural(f.jumpsAdded, "jump rule", "added"),
+    ].filter((p) => p !== "").join(", ");
+    parts.push(
+      `# ${f.family} (iptables-${report.backend}): ${said}; input for ${program}\n${f.script}`,
+    );
+  }
+  return parts.join("");
 }

@@ -182,3 +182,73 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "--dry-run in iptables mode prints, per family, only the chains a sync would rewrite, and applies nothing",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    await cacheProxyDependencies();
+    const dir = await Deno.makeTempDir({ prefix: "knp-dry-ipt-" });
+    const before = `${dir}/before.yaml`;
+    const after = `${dir}/after.yaml`;
+    await Deno.writeTextFile(before, stringify(cluster(["10.244.1.11", "10.244.1.12"], true)));
+    await Deno.writeTextFile(
+      after,
+      stringify(cluster(["10.244.1.11", "10.244.1.12", "10.244.1.13"], true)),
+    );
+    try {
+      for (const backend of ["nft", "legacy"]) {
+        const ns = `knp-${shortId()}-dryipt`;
+        const mode = ["--mode=iptables", `--iptables-backend=${backend}`];
+        const save = async () =>
+          (await run([`iptables-${backend}-save`, "-t", "nat"], { ns })).stdout
+            .split("\n").filter((l) => l.startsWith("-A KUBE-") || l.startsWith(":KUBE-"))
+            .map((l) => l.replace(/\[\d+:\d+\]/, "")).join("\n");
+        try {
+          await createNamespace(ns);
+          await proxy(ns, before, [...mode, "--once"]);
+          const programmed = await save();
+          assert.equal(
+            await proxy(ns, before, [...mode, "--dry-run"]),
+            `# IPv4 (iptables-${backend}): no change\n# IPv6 (iptables-${backend}): no change\n`,
+          );
+          const text = await proxy(ns, after, [...mode, "--dry-run"]);
+          assert.match(
+            text,
+            new RegExp(
+              `^# IPv4 \\(iptables-${backend}\\): 2 chains written; input for iptables-restore --noflush$`,
+              "m",
+            ),
+          );
+          assert.match(text, /^-A KUBE-SEP-\w+ .*--to-destination 10\.244\.1\.13:8080$/m);
+          assert.match(text, /^# IPv6 \(iptables-\w+\): no change$/m);
+          const json = JSON.parse(await proxy(ns, after, [...mode, "--dry-run", "--output=json"]));
+          assert.deepEqual(json.families[0].chainsWritten.map((c: string) => c.split("-")[0]), [
+            "nat/KUBE",
+            "nat/KUBE",
+          ]);
+          assert.equal(await save(), programmed, "a dry run changes nothing");
+          // What it printed, restored, leaves nothing more to do.
+          const ipv4 = text.split("# IPv6")[0].split("\n").filter((l) => !l.startsWith("#"))
+            .join("\n");
+          const restored = await run([`iptables-${backend}-restore`, "--noflush"], {
+            ns,
+            stdin: ipv4,
+          });
+          assert.equal(restored.code, 0, restored.stderr);
+          assert.match(
+            await proxy(ns, after, [...mode, "--dry-run"]),
+            /^# IPv4 \(.*\): no change$/m,
+          );
+        } finally {
+          await deleteNamespace(ns);
+        }
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
