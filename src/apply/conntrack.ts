@@ -32,6 +32,7 @@
 import ipaddr from "ipaddr.js";
 import type { Endpoint } from "../model/endpoint.ts";
 import type { Protocol, ServicePort } from "../model/service_port.ts";
+import { runProgram } from "./program.ts";
 
 /** One service address and port as conntrack cleanup sees it, with its serving endpoints. */
 export interface ConntrackService {
@@ -402,7 +403,10 @@ export async function runConntrackCleanup(
       const argv = conntrackCommandLine(command, options);
       let result: { code: number; stderr: string; timedOut: boolean };
       try {
-        result = await runOnce(argv, options.timeoutMs ?? 10_000);
+        result = await runProgram(argv, {
+          timeoutMs: options.timeoutMs ?? 10_000,
+          discardStdout: true,
+        });
       } catch (err) {
         spawnError ??= new ConntrackError(
           `cannot run ${argv[0]}: ${(err as Error).message}`,
@@ -451,7 +455,7 @@ async function onlyMatching(
       : ["ip", "netns", "exec", options.netns, ...program];
     let flows: UdpFlow[] | undefined;
     try {
-      const result = await runOnce(argv, options.timeoutMs ?? 10_000, { stdout: true });
+      const result = await runProgram(argv, { timeoutMs: options.timeoutMs ?? 10_000 });
       if (result.code === 0 && !result.timedOut) flows = parseUdpFlows(result.stdout);
     } catch {
       // the delete commands will report it
@@ -463,38 +467,4 @@ async function onlyMatching(
     );
   }
   return kept;
-}
-
-async function runOnce(
-  argv: readonly string[],
-  timeoutMs: number,
-  options: { stdout?: boolean } = {},
-): Promise<{ code: number; stdout: string; stderr: string; timedOut: boolean }> {
-  const child = new Deno.Command(argv[0], {
-    args: argv.slice(1),
-    stdin: "null",
-    stdout: options.stdout ? "piped" : "null",
-    stderr: "piped",
-  }).spawn();
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    try {
-      child.kill("SIGKILL");
-    } catch {
-      // it exited just now
-    }
-  }, timeoutMs);
-  try {
-    const out = await child.output();
-    const decoder = new TextDecoder();
-    return {
-      code: out.code,
-      stdout: options.stdout ? decoder.decode(out.stdout) : "",
-      stderr: decoder.decode(out.stderr),
-      timedOut,
-    };
-  } finally {
-    clearTimeout(timer);
-  }
 }

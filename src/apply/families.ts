@@ -12,7 +12,7 @@
 import type { IPFamily } from "../model/service_port.ts";
 import type { NftFamily } from "../render/nft/transaction.ts";
 import { checkNft, type NftRunnerOptions } from "./nft.ts";
-import { iptablesProgram, type IptablesRunnerOptions, runProgram } from "./iptables.ts";
+import { iptablesProgram, type IptablesRunnerOptions, runIptables } from "./iptables.ts";
 
 /** What the kernel accepts, per family. */
 export interface FamilySupport<F extends string> {
@@ -59,7 +59,7 @@ export async function iptablesFamilySupport(
   return await probe<IPFamily>(["IPv4", "IPv6"], async (family) => {
     const program = iptablesProgram("save", family, options.backend ?? "nft");
     for (const table of ["nat", "mangle"]) {
-      const out = await runProgram([program, "-t", table], { ...options, timeoutMs: 10_000 });
+      const out = await runIptables([program, "-t", table], { ...options, timeoutMs: 10_000 });
       if (out.code !== 0) {
         throw new Error(out.stderr.trim() || `${program} -t ${table} exited with ${out.code}`);
       }

@@ -27,6 +27,7 @@ import {
 } from "../render/iptables/reconcile.ts";
 import { splitSections } from "../render/iptables/script.ts";
 import { deleteTables, type NftRunnerOptions } from "./nft.ts";
+import { type ProgramResult, runProgram } from "./program.ts";
 
 /** Which iptables implementation programs the kernel. */
 export type IptablesBackend = "nft" | "legacy";
@@ -84,53 +85,24 @@ export function iptablesProgram(
   return `${family === "IPv6" ? "ip6" : "ip"}tables-${backend}-${tool}`;
 }
 
-/** What a program run by {@link runProgram} printed, and its exit code. */
-export interface ProgramResult {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs one program (without a shell, optionally in a namespace) with a time limit. */
-export async function runProgram(
+/**
+ * Runs one iptables program with a time limit (default 2 minutes, or `options.timeoutMs`). A
+ * program that cannot start (not installed) is a result too: exit code -1, stderr saying why.
+ */
+export async function runIptables(
   argv: readonly string[],
   options: IptablesRunnerOptions & { stdin?: string; discardStdout?: boolean },
 ): Promise<ProgramResult> {
-  const [cmd, ...args] = options.netns ? ["ip", "netns", "exec", options.netns, ...argv] : argv;
-  let child: Deno.ChildProcess;
   try {
-    child = new Deno.Command(cmd, {
-      args,
-      stdin: options.stdin === undefined ? "null" : "piped",
-      stdout: options.discardStdout ? "null" : "piped",
-      stderr: "piped",
-    }).spawn();
+    return await runProgram(argv, {
+      netns: options.netns,
+      stdin: options.stdin,
+      discardStdout: options.discardStdout,
+      timeoutMs: options.timeoutMs ?? 120_000,
+    });
   } catch (err) {
-    return { code: -1, stdout: "", stderr: `cannot run ${argv[0]}: ${(err as Error).message}` };
-  }
-  const timer = setTimeout(() => {
-    try {
-      child.kill("SIGKILL");
-    } catch {
-      // already exited
-    }
-  }, options.timeoutMs ?? 120_000);
-  try {
-    if (options.stdin !== undefined) {
-      const writer = child.stdin.getWriter();
-      // A program that exits early on a bad line closes the pipe; its exit code tells why.
-      await writer.write(new TextEncoder().encode(options.stdin)).catch(() => {});
-      await writer.close().catch(() => {});
-    }
-    const out = await child.output();
-    const decoder = new TextDecoder();
-    return {
-      code: out.code,
-      stdout: options.discardStdout ? "" : decoder.decode(out.stdout),
-      stderr: decoder.decode(out.stderr),
-    };
-  } finally {
-    clearTimeout(timer);
+    const stderr = `cannot run ${argv[0]}: ${(err as Error).message}`;
+    return { code: -1, stdout: "", stderr, timedOut: false };
   }
 }
 
@@ -149,7 +121,7 @@ export async function restoreSection(
   const { lines: fed, origin } = backend === "nft"
     ? arrangeForWholeTableCache(text, options.wholeTableCacheChains ?? WHOLE_TABLE_CACHE_CHAINS)
     : { lines: text.split("\n"), origin: text.split("\n").map((_, i) => i + 1) };
-  const result = await runProgram([program, "--noflush", "-w", wait], {
+  const result = await runIptables([program, "--noflush", "-w", wait], {
     ...options,
     stdin: fed.join("\n"),
     discardStdout: true,
@@ -269,7 +241,7 @@ export async function saveTables(
 
 async function saveText(family: IPFamily, options: IptablesRunnerOptions): Promise<string> {
   const program = iptablesProgram("save", family, options.backend ?? "nft");
-  const result = await runProgram([program], options);
+  const result = await runIptables([program], options);
   if (result.code !== 0) {
     throw new IptablesApplyError(`${program} failed: ${result.stderr.trim()}`, {
       family,
@@ -328,7 +300,7 @@ export async function detectBackend(
   for (const backend of ["nft", "legacy"] as const) {
     for (const family of ["IPv4", "IPv6"] as const) {
       // A back end that does not run here has no rules: its evidence stays empty.
-      const result = await runProgram([iptablesProgram("save", family, backend)], {
+      const result = await runIptables([iptablesProgram("save", family, backend)], {
         ...options,
         timeoutMs: options.timeoutMs ?? 10_000,
       });

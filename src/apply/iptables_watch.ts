@@ -15,9 +15,9 @@ import {
   type IptablesBackend,
   iptablesProgram,
   type IptablesRunnerOptions,
-  type ProgramResult,
-  runProgram,
+  runIptables,
 } from "./iptables.ts";
+import type { ProgramResult } from "./program.ts";
 
 /** Options of {@link iptablesRulesIntact}. */
 export interface IptablesRulesIntactOptions
@@ -83,7 +83,7 @@ function runChecked(
   stdin?: string,
 ): Promise<ProgramResult> {
   const wait = String(options.lockWaitSeconds ?? 5);
-  return runProgram([...argv, "-w", wait], {
+  return runIptables([...argv, "-w", wait], {
     netns: options.netns,
     timeoutMs: options.timeoutMs ?? 10_000,
     stdin,

@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { runProgram } from "./program.ts";
 
 /** How `nft` is run. */
 export interface NftRunnerOptions {
@@ -46,23 +47,14 @@ export interface NftResult {
   readonly stderr: string;
 }
 
-/** Runs `nft` with arguments and optional stdin. */
+/** Runs `nft` with arguments and optional stdin; {@link NftApplyError} when it cannot start. */
 export async function runNft(
   args: readonly string[],
   options: NftRunnerOptions & { stdin?: string } = {},
 ): Promise<NftResult> {
   const nft = options.nftPath ?? "nft";
-  const [cmd, ...rest] = options.netns
-    ? ["ip", "netns", "exec", options.netns, nft, ...args]
-    : [nft, ...args];
-  let child: Deno.ChildProcess;
   try {
-    child = new Deno.Command(cmd, {
-      args: rest,
-      stdin: options.stdin === undefined ? "null" : "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
+    return await runProgram([nft, ...args], { netns: options.netns, stdin: options.stdin });
   } catch (err) {
     throw new NftApplyError(`cannot run ${nft}: ${(err as Error).message}`, {
       line: 0,
@@ -71,15 +63,6 @@ export async function runNft(
       cause: err,
     });
   }
-  if (options.stdin !== undefined) {
-    const writer = child.stdin.getWriter();
-    // nft may exit early on a bad script; a broken pipe then is not the error worth reporting.
-    await writer.write(new TextEncoder().encode(options.stdin)).catch(() => {});
-    await writer.close().catch(() => {});
-  }
-  const out = await child.output();
-  const decoder = new TextDecoder();
-  return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
 }
 
 /**
