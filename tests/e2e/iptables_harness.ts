@@ -1,12 +1,11 @@
 /**
  * Test helpers of the iptables mode: throwaway namespaces to load rendered iptables scripts
  * into (both back ends), and the proxy (`main.ts --mode=iptables --iptables-backend=…`) running in
- * a topology's node namespace, like `proxy_harness.ts` does for `main.ts`.
+ * a topology's node namespace, through `proxy_harness.ts`.
  *
  * @module
  */
-import { stringify } from "./yaml.ts";
-import { cacheDependencies } from "./proxy_harness.ts";
+import { type RunningProxy, startProxy, type StartProxyOptions } from "./proxy_harness.ts";
 import type { RawObject } from "../../src/source/events.ts";
 import type { IPFamily } from "../../src/model/service_port.ts";
 import {
@@ -16,15 +15,8 @@ import {
   saveTables,
 } from "../../src/apply/iptables.ts";
 import type { SavedTables } from "../../src/render/iptables/reconcile.ts";
-import {
-  createNamespace,
-  deleteNamespace,
-  type ManagedProcess,
-  runOk,
-  shortId,
-} from "../netns/netns.ts";
+import { createNamespace, deleteNamespace, runOk, shortId } from "../netns/netns.ts";
 import type { Topology } from "../netns/topology.ts";
-import { NODE_NAME, POD_CIDR_V4, POD_CIDR_V6 } from "../fixtures/ip_plan.ts";
 
 export { kernelGate } from "../nft_scratch.ts";
 
@@ -65,84 +57,30 @@ export function withoutComments(saved: string): string {
   return saved.split("\n").filter((l) => !l.startsWith("#")).join("\n");
 }
 
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
-
-/** A proxy in iptables mode running in the node namespace. */
-export interface RunningIptablesProxy {
-  readonly process: ManagedProcess;
-  /** Replaces the cluster file's objects and waits until the proxy has synced them. */
-  update(objects: readonly RawObject[]): Promise<void>;
-  /** The proxy's log so far. */
-  output(): string;
-  stop(): Promise<void>;
-}
-
 /** Options of {@link startIptablesProxy}. */
-export interface StartIptablesProxyOptions {
-  /** Extra command-line arguments. */
-  args?: string[];
+export interface StartIptablesProxyOptions extends StartProxyOptions {
   /** Back end (`--iptables-backend`). Default `nft`. */
   backend?: IptablesBackend;
 }
 
 /**
- * Starts the proxy in iptables mode (`--from-file`) in the node namespace and waits for its
- * first sync.
+ * Starts `main.ts --mode=iptables` (`--from-file`) in the node namespace, as {@link startProxy}
+ * does, and waits for its first sync.
  */
-export async function startIptablesProxy(
+export function startIptablesProxy(
   topo: Topology,
   objects: readonly RawObject[],
   options: StartIptablesProxyOptions = {},
-): Promise<RunningIptablesProxy> {
-  await cacheDependencies(MAIN);
-  const dir = await Deno.makeTempDir({ prefix: "knp-e2e-" });
-  const file = `${dir}/cluster.yaml`;
-  await Deno.writeTextFile(file, stringify(objects));
-  const process = topo.startProcess(topo.node.ns, [
-    Deno.execPath(),
-    "run",
-    "--cached-only",
-    "-A",
-    MAIN,
-    "--mode=iptables",
-    `--iptables-backend=${options.backend ?? "nft"}`,
-    `--from-file=${file}`,
-    `--hostname-override=${NODE_NAME}`,
-    `--cluster-cidr=${POD_CIDR_V4},${POD_CIDR_V6}`,
-    "--iptables-min-sync-period=50ms",
-    "-v=2",
-    ...(options.args ?? []),
-  ], {
-    env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" },
+): Promise<RunningProxy> {
+  return startProxy(topo, objects, {
+    ...options,
+    args: [
+      "--mode=iptables",
+      `--iptables-backend=${options.backend ?? "nft"}`,
+      "--iptables-min-sync-period=50ms",
+      ...(options.args ?? []),
+    ],
+    // iptables-legacy waits for the xtables lock, which other namespaces' tests may hold.
+    syncTimeoutMs: options.syncTimeoutMs ?? 30_000,
   });
-  const syncs = () => process.output().match(/ synced /g)?.length ?? 0;
-  const waitForSync = async (after: number) => {
-    const deadline = Date.now() + 30_000;
-    while (syncs() <= after) {
-      if (Date.now() > deadline) {
-        throw new Error(`the proxy did not sync within 30 s; its log:\n${process.output()}`);
-      }
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  };
-  try {
-    await waitForSync(0);
-  } catch (err) {
-    await process.stop();
-    await Deno.remove(dir, { recursive: true });
-    throw err;
-  }
-  return {
-    process,
-    output: () => process.output(),
-    async update(next) {
-      const before = syncs();
-      await Deno.writeTextFile(file, stringify(next));
-      await waitForSync(before);
-    },
-    async stop() {
-      await process.stop();
-      await Deno.remove(dir, { recursive: true });
-    },
-  };
 }

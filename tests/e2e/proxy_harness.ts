@@ -65,6 +65,8 @@ export interface StartProxyOptions {
   args?: string[];
   /** Extra environment variables (e.g. `KUBE_NFTPROXY_NFT`). */
   env?: Record<string, string>;
+  /** How long to wait for each sync (see {@link StartDaemonOptions.syncTimeoutMs}). */
+  syncTimeoutMs?: number;
 }
 
 /**
@@ -95,6 +97,7 @@ export async function startProxy(
         ...(options.args ?? []),
       ],
       env: options.env,
+      syncTimeoutMs: options.syncTimeoutMs,
     });
   } catch (err) {
     await Deno.remove(dir, { recursive: true });
@@ -122,7 +125,7 @@ export interface RunningDaemon {
   readonly process: ManagedProcess;
   /** How many syncs that changed the kernel it has logged (needs `-v=1` or more). */
   syncs(): number;
-  /** Waits until more than `after` syncs were logged; throws after `timeoutMs` (default 15 000). */
+  /** Waits until more than `after` syncs were logged; throws after `timeoutMs` (default: the start option's). */
   waitForSync(after: number, timeoutMs?: number): Promise<void>;
   /** The proxy's log so far. */
   output(): string;
@@ -138,6 +141,8 @@ export interface StartDaemonOptions {
   env?: Record<string, string>;
   /** Wait for the first logged sync before returning. Default true. */
   waitForFirstSync?: boolean;
+  /** How long a sync may take to be logged, ms. Default 15 000. */
+  syncTimeoutMs?: number;
 }
 
 /**
@@ -160,7 +165,7 @@ export async function startDaemon(
     { env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1", ...options.env } },
   );
   const syncs = () => process.output().match(/ synced /g)?.length ?? 0;
-  const waitForSync = async (after: number, timeoutMs = 15_000) => {
+  const waitForSync = async (after: number, timeoutMs = options.syncTimeoutMs ?? 15_000) => {
     const deadline = Date.now() + timeoutMs;
     while (syncs() <= after) {
       if (Date.now() > deadline) {
