@@ -23,7 +23,6 @@
  *
  * @module
  */
-import { fileURLToPath } from "node:url";
 import { Command } from "@commander-js/extra-typings";
 import { applyIptables, type IptablesBackend } from "../src/apply/iptables.ts";
 import { applyNft } from "../src/apply/nft.ts";
@@ -35,10 +34,8 @@ import type { ProxyState } from "../src/tracker/proxy_state.ts";
 import {
   canUseNetns,
   cleanupStale,
-  commandLine,
   createNamespace,
   deleteNamespace,
-  run,
   shortId,
 } from "../tests/netns/netns.ts";
 import { createTopology, type Topology } from "../tests/netns/topology.ts";
@@ -50,9 +47,9 @@ import {
   type SyntheticCluster,
   withExtraEndpoint,
 } from "./cluster.ts";
-import type { ConnectReport } from "./connect_probe.ts";
 import { round, summarize } from "./stats.ts";
-import { benchConfig, loadState, TARGET_IP, TARGET_PORT, targetObjects } from "./state.ts";
+import { connectRound } from "./probe_runner.ts";
+import { benchConfig, loadState, targetObjects } from "./state.ts";
 
 /** How rules reach the kernel. */
 export const MODES = ["nft", "iptables-nft", "iptables-legacy"] as const;
@@ -83,8 +80,6 @@ export interface IptablesScaleOptions {
 /** Longest single apply before a run gives up. */
 const APPLY_TIMEOUT_MS = 300_000;
 const LATENCY_ROUNDS = 10;
-const CONNECT_PROBE = fileURLToPath(new URL("./connect_probe.ts", import.meta.url));
-const DENO_ENV = { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" };
 
 /** A planner and the function applying its scripts in a namespace, for one mode. */
 function backendOf(mode: Mode, cluster: SyntheticCluster, ns: string): {
@@ -343,31 +338,6 @@ async function dataPlane(
   } finally {
     await Promise.allSettled(topologies.map((t) => t.cleanup()));
   }
-}
-
-async function connectRound(topo: Topology, connections: number): Promise<ConnectReport> {
-  const argv = commandLine([
-    "nice",
-    "-n",
-    "-15",
-    Deno.execPath(),
-    "run",
-    "--no-config",
-    "--no-lock",
-    "--allow-net",
-    CONNECT_PROBE,
-    `${TARGET_IP}:${TARGET_PORT}`,
-    "--count",
-    `${connections}`,
-    "--warmup",
-    "20",
-  ], topo.client.ns);
-  const result = await run(argv, { timeoutMs: 120_000, env: DENO_ENV });
-  const last = result.stdout.trim().split("\n").at(-1) ?? "";
-  if (result.code !== 0 || !last.startsWith("{")) {
-    throw new Error(`the connect probe failed (exit ${result.code}): ${result.stderr.trim()}`);
-  }
-  return JSON.parse(last) as ConnectReport;
 }
 
 /** One line of text for a measurement (`--json` prints the object instead). */

@@ -33,7 +33,6 @@ import type { ProxyState } from "../src/tracker/proxy_state.ts";
 import {
   canUseNetns,
   cleanupStale,
-  commandLine,
   createNamespace,
   deleteNamespace,
   run,
@@ -52,7 +51,8 @@ import {
 import type { ConnectReport } from "./connect_probe.ts";
 import type { MemoryReport } from "./memory_probe.ts";
 import { round, summarize } from "./stats.ts";
-import { benchConfig, loadState, TARGET_IP, TARGET_PORT, targetObjects } from "./state.ts";
+import { connectRound, DENO_ENV, probeArgv } from "./probe_runner.ts";
+import { benchConfig, loadState, targetObjects } from "./state.ts";
 
 /** Parts of a run that can be selected with `--only`. */
 export const SECTIONS = [
@@ -108,10 +108,8 @@ const TARGETS: Record<string, Record<string, number>> = {
 /** Longest a single `nft -f` may take before the benchmark gives up on it. */
 const APPLY_TIMEOUT_MS = 180_000;
 /** The data-plane target: a hand-made service in the first /24 of the service CIDR. */
-const CONNECT_PROBE = fileURLToPath(new URL("./connect_probe.ts", import.meta.url));
 const MEMORY_PROBE = fileURLToPath(new URL("./memory_probe.ts", import.meta.url));
 const DENO_CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
-const DENO_ENV = { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" };
 
 /** Facts about the machine stamped on every measurement. */
 interface Environment {
@@ -462,7 +460,7 @@ async function memoryChild(options: ScaleOptions, ns: string): Promise<MemoryRep
   // exec`), so `run` needs no namespace; its time limit bounds a stuck child.
   const result = await run([Deno.execPath(), ...args], {
     timeoutMs: APPLY_TIMEOUT_MS + 60_000,
-    env: DENO_ENV,
+    env: { ...DENO_ENV },
   });
   const last = result.stdout.trim().split("\n").at(-1) ?? "";
   if (result.code !== 0 || !last.startsWith("{")) {
@@ -599,38 +597,6 @@ async function dataPlane(cluster: SyntheticCluster, options: ScaleOptions): Prom
   }
 }
 
-/**
- * The connect probe's command line in the topology's client namespace. It runs at a raised
- * priority (nice -15): on a shared machine other processes' CPU use otherwise dominates a
- * setup time of tens of microseconds. The SYN and SYN-ACK are processed in the kernel in the
- * probe's own context (veth), so the priority covers the whole path being compared.
- */
-function probeArgv(topo: Topology, extra: string[]): string[] {
-  return commandLine([
-    "nice",
-    "-n",
-    "-15",
-    Deno.execPath(),
-    "run",
-    "--no-config",
-    "--no-lock",
-    "--allow-net",
-    CONNECT_PROBE,
-    `${TARGET_IP}:${TARGET_PORT}`,
-    ...extra,
-  ], topo.client.ns);
-}
-
-async function connectRound(topo: Topology, connections: number): Promise<ConnectReport> {
-  const argv = probeArgv(topo, ["--count", `${connections}`, "--warmup", "20"]);
-  const result = await run(argv, { timeoutMs: 120_000, env: DENO_ENV });
-  const last = result.stdout.trim().split("\n").at(-1) ?? "";
-  if (result.code !== 0 || !last.startsWith("{")) {
-    throw new Error(`the connect probe failed (exit ${result.code}): ${result.stderr.trim()}`);
-  }
-  return JSON.parse(last) as ConnectReport;
-}
-
 /** Connects continuously (every 2 ms) while `reps` full re-syncs are applied. */
 async function connectDuringResyncs(
   topo: Topology,
@@ -651,7 +617,7 @@ async function connectDuringResyncs(
     stdin: "piped",
     stdout: "piped",
     stderr: "piped",
-    env: DENO_ENV,
+    env: { ...DENO_ENV },
   }).spawn();
   const killer = setTimeout(() => child.kill("SIGKILL"), 120_000);
   let started: () => void = () => {};
