@@ -90,6 +90,14 @@ export function canonicalConfigCIDR(text: string): string | null {
   return parsed.ok ? parsed.cidr : null;
 }
 
+/** Configured CIDRs in canonical form ({@link canonicalConfigCIDR}), dropping non-CIDRs. */
+export function canonicalConfigCIDRs(cidrs: readonly string[]): string[] {
+  return cidrs.flatMap((c) => {
+    const canonical = canonicalConfigCIDR(c);
+    return canonical === null ? [] : [canonical];
+  });
+}
+
 /** True when `address` (canonical) lies inside `cidr` (canonical). */
 export function cidrContains(cidr: string, address: string): boolean {
   const [net, prefix] = ipaddr.parseCIDR(cidr);

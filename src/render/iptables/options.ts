@@ -12,6 +12,7 @@
  */
 import type { Config } from "../../config/config.ts";
 import type { NodeInfo } from "../../model/node.ts";
+import { canonicalConfigCIDRs } from "../../model/ip.ts";
 import { familyOf, type IPFamily } from "../../model/service_port.ts";
 import { type ClusterFacts, nftRenderOptions } from "../nft/options.ts";
 
@@ -104,7 +105,8 @@ function localDetector(
       : null;
   switch (config.detectLocalMode) {
     case "ClusterCIDR":
-      return byCIDR(config.clusterCIDRs);
+      // Canonical: iptables, like nft, would read `010.244.0.0/16` as octal (8.244.0.0/16).
+      return byCIDR(canonicalConfigCIDRs(config.clusterCIDRs));
     case "NodeCIDR":
       return byCIDR(node?.podCIDRs ?? []);
     case "BridgeInterface":

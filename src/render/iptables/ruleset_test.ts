@@ -233,6 +233,11 @@ Deno.test("renderServicePort() masquerades per masqueradeAll and the local-traff
   // Every source is inside a /0 cluster CIDR: nothing to masquerade (and iptables-nft refuses
   // `! -s 0.0.0.0/0`, which made every sync fail).
   assert.deepEqual(mark({ clusterCIDRs: ["0.0.0.0/0", "::/0"] }), []);
+  // Leading zeros are decimal, as in upstream's Go parser; iptables would read them as octal.
+  assert.match(
+    mark({ clusterCIDRs: ["010.244.0.0/16"] })[0],
+    /! -s 10\.244\.0\.0\/16 -j KUBE-MARK-MASQ$/,
+  );
 });
 
 Deno.test("renderServicePort() drops endpoint comments in large-cluster mode, like upstream", () => {

@@ -6,7 +6,7 @@
  * @module
  */
 import type { Config } from "../../config/config.ts";
-import { canonicalConfigCIDR, cidrContains } from "../../model/ip.ts";
+import { canonicalConfigCIDRs, cidrContains } from "../../model/ip.ts";
 import type { NodeInfo } from "../../model/node.ts";
 import { familyOf } from "../../model/service_port.ts";
 import { ipFamilyOf, type NftRenderOptions } from "./ruleset.ts";
@@ -50,7 +50,7 @@ function nodePortIPs(
   facts: ClusterFacts,
   ofFamily: (items: readonly string[]) => string[],
 ): string[] {
-  const cidrs = canonicalCIDRs(config.nodePortAddresses.filter((a) => a !== "primary"));
+  const cidrs = canonicalConfigCIDRs(config.nodePortAddresses.filter((a) => a !== "primary"));
   let ips: string[];
   if (cidrs.length === 0) {
     const bind = config.bindAddress;
@@ -78,7 +78,7 @@ function localDetector(
     name === "" ? null : { local: `iifname "${name}"`, notLocal: `iifname != "${name}"` };
   switch (config.detectLocalMode) {
     case "ClusterCIDR":
-      return byCIDR(ofFamily(canonicalCIDRs(config.clusterCIDRs)));
+      return byCIDR(ofFamily(canonicalConfigCIDRs(config.clusterCIDRs)));
     case "NodeCIDR":
       return byCIDR(ofFamily(node?.podCIDRs ?? []));
     case "BridgeInterface":
@@ -90,12 +90,4 @@ function localDetector(
     case "None":
       return null;
   }
-}
-
-/** Configured CIDRs in canonical form (nft would read `010.244.0.0/16` as octal). */
-function canonicalCIDRs(cidrs: readonly string[]): string[] {
-  return cidrs.flatMap((c) => {
-    const canonical = canonicalConfigCIDR(c);
-    return canonical === null ? [] : [canonical];
-  });
 }
