@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { ELEMENTS_PER_COMMAND } from "../render/nft/transaction.ts";
 import { type ChainImage, type SetImage, tableId, type TableImage } from "./table_image.ts";
 
 /** One command of the transaction. */
@@ -56,9 +57,6 @@ export interface DryRunDiff {
   /** The transaction for `nft -f` (empty when nothing changes). */
   readonly script: string;
 }
-
-/** Elements per `add element` / `delete element` command, as the proxy writes them. */
-const ELEMENTS_PER_COMMAND = 1000;
 
 /**
  * Diffs every wanted table against the kernel's (absent: created). Tables the kernel has but

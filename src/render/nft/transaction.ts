@@ -58,7 +58,7 @@ export interface ElementRun {
 }
 
 /** How many elements go into one `add element` command. */
-const ELEMENTS_PER_COMMAND = 1000;
+export const ELEMENTS_PER_COMMAND = 1000;
 
 /** Accumulates the commands of one transaction for one table. */
 export class Transaction {
