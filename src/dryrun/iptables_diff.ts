@@ -12,7 +12,7 @@
  *
  * @module
  */
-import ipaddr from "ipaddr.js";
+import { parseAddress, parseCIDR } from "../model/ip.ts";
 import type { IPFamily } from "../model/service_port.ts";
 import { reconcileSection, type SavedTables, splitWords } from "../render/iptables/reconcile.ts";
 
@@ -166,13 +166,10 @@ export function normalRule(words: readonly string[], family: IPFamily): string {
 /** An address match as `iptables-save` prints it: the network address and a prefix length. */
 function normalHeader(flag: string, value: string, family: IPFamily): string {
   if (flag !== "-s" && flag !== "-d") return value;
-  const cidr = value.includes("/") ? value : `${value}/${family === "IPv6" ? 128 : 32}`;
-  if (!ipaddr.isValidCIDR(cidr)) return value;
-  const [address, length] = ipaddr.parseCIDR(cidr);
-  const network = address.kind() === "ipv6"
-    ? ipaddr.IPv6.networkAddressFromCIDR(cidr).toRFC5952String()
-    : ipaddr.IPv4.networkAddressFromCIDR(cidr).toString();
-  return `${network}/${length}`;
+  const parsed = parseCIDR(
+    value.includes("/") ? value : `${value}/${family === "IPv6" ? 128 : 32}`,
+  );
+  return parsed.ok ? parsed.cidr : value;
 }
 
 /** Hexadecimal numbers (also `value/mask`) in decimal, probabilities rounded, IPv6 canonical. */
@@ -183,10 +180,8 @@ function normalValue(value: string): string {
   // The statistic match keeps a probability as round(p × 2³¹) and prints it back with 11 digits.
   if (/^0\.\d+$/.test(value)) return String(Math.round(Number(value) * 2 ** 31));
   const bracketed = /^\[([0-9a-f:.]+)\](:\d+)?$/i.exec(value);
-  if (bracketed && ipaddr.IPv6.isValid(bracketed[1])) {
-    return `[${ipaddr.IPv6.parse(bracketed[1]).toRFC5952String()}]${bracketed[2] ?? ""}`;
-  }
-  return value;
+  const ip = bracketed ? parseAddress(bracketed[1]) : undefined;
+  return ip?.ok ? `[${ip.address}]${bracketed![2] ?? ""}` : value;
 }
 
 /** Options `iptables-save` adds by default to match modules, dropped. */

@@ -11,7 +11,7 @@
  *
  * @module
  */
-import ipaddr from "ipaddr.js";
+import { parseAddress } from "../model/ip.ts";
 
 /** One set or map element. */
 export interface ElementImage {
@@ -406,13 +406,12 @@ function normalToken(token: string): string {
   if (/^0x[0-9a-f]+$/i.test(token)) return String(parseInt(token, 16));
   const bracketed = /^\[([0-9a-f:.]+)\](.*)$/i.exec(token);
   if (bracketed) return `[${normalToken(bracketed[1])}]${bracketed[2]}`;
-  if (!/[0-9]/.test(token)) return token;
+  if (!/[0-9]/.test(token) || !/[.:]/.test(token)) return token;
   const [address, length] = token.split("/");
-  if (!ipaddr.isValid(address) || !/[.:]/.test(address)) return token;
-  const ip = ipaddr.parse(address);
-  const text = ip.kind() === "ipv6" ? (ip as ipaddr.IPv6).toRFC5952String() : ip.toString();
-  const host = ip.kind() === "ipv6" ? "128" : "32";
-  return length === undefined || length === host ? text : `${text}/${length}`;
+  const ip = parseAddress(address);
+  if (!ip.ok) return token;
+  const host = ip.family === "IPv6" ? "128" : "32";
+  return length === undefined || length === host ? ip.address : `${ip.address}/${length}`;
 }
 
 /** The text between the first `open` and the last `close`, or undefined. */
