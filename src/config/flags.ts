@@ -200,6 +200,8 @@ function buildProgram() {
   const d = DEFAULT_CONFIG;
   const booleanFlag = <F extends string>(flags: F, description: string) =>
     new Option<`${F} [bool]`>(`${flags} [bool]`, `${description}${byDefault(false)}`);
+  const durationOption = <F extends string>(flags: F, description: string, defaultMs: number) =>
+    new Option<F>(flags, `${description}${byDefault(formatGoDuration(defaultMs))}`);
   return new Command("kube-nftproxy")
     .usage("[--mode=nft|iptables] [--config FILE] [flags]")
     .description(
@@ -309,33 +311,31 @@ function buildProgram() {
       ),
     )
     .addOption(
-      new Option(
+      durationOption(
         "--nftables-sync-period <duration>",
-        `nft mode: longest time between full syncs, and the retry period${
-          byDefault(formatGoDuration(d.syncPeriodMs))
-        }`,
+        `nft mode: longest time between full syncs, and the retry period`,
+        d.syncPeriodMs,
       ),
     )
     .addOption(
-      new Option(
+      durationOption(
         "--nftables-min-sync-period <duration>",
-        `nft mode: shortest time between syncs${byDefault(formatGoDuration(d.minSyncPeriodMs))}`,
+        `nft mode: shortest time between syncs`,
+        d.minSyncPeriodMs,
       ),
     )
     .addOption(
-      new Option(
+      durationOption(
         "--iptables-sync-period <duration>",
-        `iptables mode: longest time between full syncs, and the retry period${
-          byDefault(formatGoDuration(d.syncPeriodMs))
-        }`,
+        `iptables mode: longest time between full syncs, and the retry period`,
+        d.syncPeriodMs,
       ),
     )
     .addOption(
-      new Option(
+      durationOption(
         "--iptables-min-sync-period <duration>",
-        `iptables mode: shortest time between syncs${
-          byDefault(formatGoDuration(d.minSyncPeriodMs))
-        }`,
+        `iptables mode: shortest time between syncs`,
+        d.minSyncPeriodMs,
       ),
     )
     .addOption(
@@ -389,17 +389,17 @@ function buildProgram() {
       ),
     )
     .addOption(
-      new Option(
+      durationOption(
         "--conntrack-tcp-timeout-established <duration>",
-        "idle timeout of established TCP connections in conntrack; 0 leaves it alone" +
-          byDefault(formatGoDuration(d.conntrackTCPEstablishedTimeoutMs)),
+        "idle timeout of established TCP connections in conntrack; 0 leaves it alone",
+        d.conntrackTCPEstablishedTimeoutMs,
       ),
     )
     .addOption(
-      new Option(
+      durationOption(
         "--conntrack-tcp-timeout-close-wait <duration>",
-        "conntrack timeout of TCP connections in CLOSE_WAIT; 0 leaves it alone" +
-          byDefault(formatGoDuration(d.conntrackTCPCloseWaitTimeoutMs)),
+        "conntrack timeout of TCP connections in CLOSE_WAIT; 0 leaves it alone",
+        d.conntrackTCPCloseWaitTimeoutMs,
       ),
     )
     .addOption(
@@ -409,17 +409,17 @@ function buildProgram() {
       ),
     )
     .addOption(
-      new Option(
+      durationOption(
         "--conntrack-udp-timeout <duration>",
-        "conntrack timeout of unreplied UDP flows; 0 leaves it alone" +
-          byDefault(formatGoDuration(d.conntrackUDPTimeoutMs)),
+        "conntrack timeout of unreplied UDP flows; 0 leaves it alone",
+        d.conntrackUDPTimeoutMs,
       ),
     )
     .addOption(
-      new Option(
+      durationOption(
         "--conntrack-udp-timeout-stream <duration>",
-        "conntrack timeout of UDP flows that saw replies; 0 leaves it alone" +
-          byDefault(formatGoDuration(d.conntrackUDPStreamTimeoutMs)),
+        "conntrack timeout of UDP flows that saw replies; 0 leaves it alone",
+        d.conntrackUDPStreamTimeoutMs,
       ),
     )
     .addOption(
@@ -448,6 +448,18 @@ function parseBooleanFlag(flag: string, value: string | true | undefined): boole
   if (["1", "t", "T", "true", "TRUE", "True"].includes(value)) return true;
   if (["0", "f", "F", "false", "FALSE", "False"].includes(value)) return false;
   throw invalidValue(`flag ${flag}`, value, { rule: "must be true or false" });
+}
+
+/** A duration flag's value in ms; the error names the flag and gives `examples`. */
+function durationFlag(flag: string, text: string, examples: string): number {
+  try {
+    return parseGoDuration(text);
+  } catch (error) {
+    throw invalidValue(`flag ${flag}`, text, {
+      rule: `must be a duration such as ${examples} (${(error as Error).message})`,
+      cause: error,
+    });
+  }
 }
 
 /** The mode set by `--mode` and/or `--proxy-mode`, which must agree. */
@@ -530,15 +542,7 @@ function readValueFlags(
   for (const [section, kind, text] of durations) {
     if (text === undefined) continue;
     const flag = `--${section}-${kind}-period`;
-    let ms: number;
-    try {
-      ms = parseGoDuration(text);
-    } catch (error) {
-      throw invalidValue(`flag ${flag}`, text, {
-        rule: `must be a duration such as 30s, 1m0s or 500ms (${(error as Error).message})`,
-        cause: error,
-      });
-    }
+    const ms = durationFlag(flag, text, "30s, 1m0s or 500ms");
     check(flag, text, kind === "sync" ? checkSyncPeriod(ms) : checkMinSyncPeriod(ms));
     // Like upstream, the flags of the other mode's section are accepted but have no effect.
     if (section !== (mode === "nft" ? "nftables" : "iptables")) continue;
@@ -574,15 +578,7 @@ function readValueFlags(
   ] as const;
   for (const [key, flag, text] of timeouts) {
     if (text === undefined) continue;
-    let ms: number;
-    try {
-      ms = parseGoDuration(text);
-    } catch (error) {
-      throw invalidValue(`flag ${flag}`, text, {
-        rule: `must be a duration such as 24h0m0s or 1h (${(error as Error).message})`,
-        cause: error,
-      });
-    }
+    const ms = durationFlag(flag, text, "24h0m0s or 1h");
     check(flag, text, checkConntrackTimeout(ms));
     set(key, ms, flag);
   }
