@@ -35,20 +35,46 @@ function cluster(webEndpoints: string[], withOther: boolean): RawObject[] {
   ];
 }
 
-/** Runs main.ts in `ns` with the cluster in `file`; returns stdout (throws on failure). */
-async function proxy(ns: string, file: string, args: string[]): Promise<string> {
-  const out = await run([
-    Deno.execPath(),
-    "run",
-    "-A",
-    MAIN,
-    `--from-file=${file}`,
-    "--hostname-override=node-a",
-    "--cluster-cidr=10.244.0.0/16",
-    ...args,
-  ], { ns, timeoutMs: 60_000 });
+/** Runs main.ts in `ns` with `args`; returns stdout (throws on failure). */
+async function runMain(ns: string, args: string[]): Promise<string> {
+  const out = await run([Deno.execPath(), "run", "-A", MAIN, ...args], { ns, timeoutMs: 60_000 });
   assert.equal(out.code, 0, out.stderr);
   return out.stdout;
+}
+
+/** The node's flags, with the cluster in `file`. */
+const nodeFlags = (file: string) => [
+  `--from-file=${file}`,
+  "--hostname-override=node-a",
+  "--cluster-cidr=10.244.0.0/16",
+];
+
+/** Runs the proxy in `ns` with the cluster in `file`; returns stdout. */
+function proxy(ns: string, file: string, args: string[]): Promise<string> {
+  return runMain(ns, [...nodeFlags(file), ...args]);
+}
+
+/**
+ * Runs `fn` with two cluster files: web with two endpoints and the other service, then web
+ * with a third endpoint (and the other service only if `keepOther`). Removed afterwards.
+ */
+async function withClusters(
+  keepOther: boolean,
+  fn: (before: string, after: string) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "knp-dry-" });
+  const before = `${dir}/before.yaml`;
+  const after = `${dir}/after.yaml`;
+  try {
+    await Deno.writeTextFile(before, stringify(cluster(["10.244.1.11", "10.244.1.12"], true)));
+    await Deno.writeTextFile(
+      after,
+      stringify(cluster(["10.244.1.11", "10.244.1.12", "10.244.1.13"], keepOther)),
+    );
+    await fn(before, after);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 }
 
 Deno.test({
@@ -61,72 +87,65 @@ Deno.test({
     await cacheProxyDependencies();
     const id = shortId();
     const [live, reference] = [`knp-${id}-dry`, `knp-${id}-ref`];
-    const dir = await Deno.makeTempDir({ prefix: "knp-dry-" });
-    const before = `${dir}/before.yaml`;
-    const after = `${dir}/after.yaml`;
-    await Deno.writeTextFile(before, stringify(cluster(["10.244.1.11", "10.244.1.12"], true)));
     // One more endpoint for web; the other service is gone.
-    await Deno.writeTextFile(
-      after,
-      stringify(cluster(["10.244.1.11", "10.244.1.12", "10.244.1.13"], false)),
-    );
-    try {
-      await createNamespace(live);
-      await createNamespace(reference);
-      await proxy(live, before, ["--once"]);
-      const programmed = tableText((await listTables(live)).get("ip kube-nftproxy"));
+    await withClusters(false, async (before, after) => {
+      try {
+        await createNamespace(live);
+        await createNamespace(reference);
+        await proxy(live, before, ["--once"]);
+        const programmed = tableText((await listTables(live)).get("ip kube-nftproxy"));
 
-      assert.match(await proxy(live, before, ["--dry-run"]), /^# no change: /m);
+        assert.match(await proxy(live, before, ["--dry-run"]), /^# no change: /m);
 
-      const text = await proxy(live, after, ["--dry-run"]);
-      assert.match(text, /^# ip kube-nftproxy: changed: /m);
-      assert.match(text, /^# ip6 kube-nftproxy: no change$/m);
-      assert.match(
-        text,
-        /^add element ip kube-nftproxy cluster-endpoints-tcp \{ 10\.96\.0\.10 \. tcp \. 80 \. 2 comment "default\/web:http" : 10\.244\.1\.13 \. 8080 \}$/m,
-      );
-      assert.match(
-        text,
-        /^delete element ip kube-nftproxy service-ips \{ .*10\.96\.0\.20 \. tcp \. 80\b/m,
-      );
-      assert.match(text, /^delete chain ip kube-nftproxy lb-tcp-2$/m, "web moves to lb-tcp-3");
-      assert.doesNotMatch(text, /^delete table/m, "changed in place, not recreated");
+        const text = await proxy(live, after, ["--dry-run"]);
+        assert.match(text, /^# ip kube-nftproxy: changed: /m);
+        assert.match(text, /^# ip6 kube-nftproxy: no change$/m);
+        assert.match(
+          text,
+          /^add element ip kube-nftproxy cluster-endpoints-tcp \{ 10\.96\.0\.10 \. tcp \. 80 \. 2 comment "default\/web:http" : 10\.244\.1\.13 \. 8080 \}$/m,
+        );
+        assert.match(
+          text,
+          /^delete element ip kube-nftproxy service-ips \{ .*10\.96\.0\.20 \. tcp \. 80\b/m,
+        );
+        assert.match(text, /^delete chain ip kube-nftproxy lb-tcp-2$/m, "web moves to lb-tcp-3");
+        assert.doesNotMatch(text, /^delete table/m, "changed in place, not recreated");
 
-      const json = JSON.parse(
-        await proxy(live, after, ["--dry-run", "--output=json"]),
-      ) as DryRunDiff;
-      const ip = json.tables.find((t) => t.family === "ip")!;
-      assert.equal(ip.state, "changed");
-      assert.ok(
-        ip.commands.some((c) =>
-          c.op === "add" && c.object === "element" && c.name === "cluster-endpoints-tcp" &&
-          c.items?.some((e) => e.includes("10.244.1.13"))
-        ),
-      );
-      assert.equal(json.script, text.split("\n").filter((l) => !l.startsWith("#")).join("\n"));
+        const json = JSON.parse(
+          await proxy(live, after, ["--dry-run", "--output=json"]),
+        ) as DryRunDiff;
+        const ip = json.tables.find((t) => t.family === "ip")!;
+        assert.equal(ip.state, "changed");
+        assert.ok(
+          ip.commands.some((c) =>
+            c.op === "add" && c.object === "element" && c.name === "cluster-endpoints-tcp" &&
+            c.items?.some((e) => e.includes("10.244.1.13"))
+          ),
+        );
+        assert.equal(json.script, text.split("\n").filter((l) => !l.startsWith("#")).join("\n"));
 
-      assert.equal(
-        tableText((await listTables(live)).get("ip kube-nftproxy")),
-        programmed,
-        "a dry run changes nothing in the kernel",
-      );
+        assert.equal(
+          tableText((await listTables(live)).get("ip kube-nftproxy")),
+          programmed,
+          "a dry run changes nothing in the kernel",
+        );
 
-      await applyNft(json.script, { netns: live });
-      await proxy(reference, after, ["--once"]);
-      const quirks = { ignoreProtocolDependency: true };
-      const [patched, fresh] = [
-        await listTables(live, quirks),
-        await listTables(reference, quirks),
-      ];
-      for (const table of ["ip kube-nftproxy", "ip6 kube-nftproxy"]) {
-        assert.equal(tableText(patched.get(table)), tableText(fresh.get(table)), table);
+        await applyNft(json.script, { netns: live });
+        await proxy(reference, after, ["--once"]);
+        const quirks = { ignoreProtocolDependency: true };
+        const [patched, fresh] = [
+          await listTables(live, quirks),
+          await listTables(reference, quirks),
+        ];
+        for (const table of ["ip kube-nftproxy", "ip6 kube-nftproxy"]) {
+          assert.equal(tableText(patched.get(table)), tableText(fresh.get(table)), table);
+        }
+        assert.match(await proxy(live, after, ["--dry-run"]), /^# no change: /m);
+      } finally {
+        await deleteNamespace(live);
+        await deleteNamespace(reference);
       }
-      assert.match(await proxy(live, after, ["--dry-run"]), /^# no change: /m);
-    } finally {
-      await deleteNamespace(live);
-      await deleteNamespace(reference);
-      await Deno.remove(dir, { recursive: true });
-    }
+    });
   },
 });
 
@@ -139,47 +158,35 @@ Deno.test({
   async fn() {
     await cacheProxyDependencies();
     const ns = `knp-${shortId()}-live`;
-    const dir = await Deno.makeTempDir({ prefix: "knp-live-" });
-    const before = `${dir}/before.yaml`;
-    const after = `${dir}/after.yaml`;
-    await Deno.writeTextFile(before, stringify(cluster(["10.244.1.11", "10.244.1.12"], true)));
-    await Deno.writeTextFile(
-      after,
-      stringify(cluster(["10.244.1.11", "10.244.1.12", "10.244.1.13"], true)),
-    );
-    const explain = async (file: string) => {
-      const out = await run([
-        Deno.execPath(),
-        "run",
-        "-A",
-        MAIN,
+    const explain = (file: string) =>
+      runMain(ns, [
         "explain",
         "--from=192.168.50.9",
         "--to=10.96.0.10:80/tcp",
-        `--from-file=${file}`,
-        "--hostname-override=node-a",
-        "--cluster-cidr=10.244.0.0/16",
+        ...nodeFlags(file),
         "--live",
-      ], { ns, timeoutMs: 60_000 });
-      assert.equal(out.code, 0, out.stderr);
-      return out.stdout;
-    };
-    try {
-      await createNamespace(ns);
-      await proxy(ns, before, ["--once"]);
-      assert.match(await explain(before), /^kernel: +the live rules are these/m);
-      const behind = await explain(after);
-      assert.match(behind, /^verdict: +dnat/m);
-      assert.match(behind, /10\.244\.1\.13:8080 +33\.3%/, "the explanation is of the wanted rules");
-      assert.match(behind, /^kernel: +the live rules DIFFER for this packet/m);
-      assert.match(
-        behind,
-        /^ {2}add element ip kube-nftproxy cluster-endpoints-tcp \{ 10\.96\.0\.10 \. tcp \. 80 \. 2 .* 10\.244\.1\.13 \. 8080 \}$/m,
-      );
-    } finally {
-      await deleteNamespace(ns);
-      await Deno.remove(dir, { recursive: true });
-    }
+      ]);
+    await withClusters(true, async (before, after) => {
+      try {
+        await createNamespace(ns);
+        await proxy(ns, before, ["--once"]);
+        assert.match(await explain(before), /^kernel: +the live rules are these/m);
+        const behind = await explain(after);
+        assert.match(behind, /^verdict: +dnat/m);
+        assert.match(
+          behind,
+          /10\.244\.1\.13:8080 +33\.3%/,
+          "the explanation is of the wanted rules",
+        );
+        assert.match(behind, /^kernel: +the live rules DIFFER for this packet/m);
+        assert.match(
+          behind,
+          /^ {2}add element ip kube-nftproxy cluster-endpoints-tcp \{ 10\.96\.0\.10 \. tcp \. 80 \. 2 .* 10\.244\.1\.13 \. 8080 \}$/m,
+        );
+      } finally {
+        await deleteNamespace(ns);
+      }
+    });
   },
 });
 
@@ -191,15 +198,7 @@ Deno.test({
   sanitizeOps: false,
   async fn() {
     await cacheProxyDependencies();
-    const dir = await Deno.makeTempDir({ prefix: "knp-dry-ipt-" });
-    const before = `${dir}/before.yaml`;
-    const after = `${dir}/after.yaml`;
-    await Deno.writeTextFile(before, stringify(cluster(["10.244.1.11", "10.244.1.12"], true)));
-    await Deno.writeTextFile(
-      after,
-      stringify(cluster(["10.244.1.11", "10.244.1.12", "10.244.1.13"], true)),
-    );
-    try {
+    await withClusters(true, async (before, after) => {
       for (const backend of ["nft", "legacy"]) {
         const ns = `knp-${shortId()}-dryipt`;
         const mode = ["--mode=iptables", `--iptables-backend=${backend}`];
@@ -247,8 +246,6 @@ Deno.test({
           await deleteNamespace(ns);
         }
       }
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
+    });
   },
 });
