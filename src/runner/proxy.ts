@@ -28,7 +28,6 @@ import { healthHandler, healthTimeoutMs, ProxyHealth, serveHealth } from "../ser
 import {
   healthCheckBindIPs,
   healthCheckedServices,
-  localInterfaceAddresses,
   ServiceHealthServer,
 } from "../server/health_check_ports.ts";
 import {
@@ -346,7 +345,7 @@ function syncObserver(
         nodePortAddresses: config.nodePortAddresses,
         nodeIPs: state.node?.ips ?? [],
         bindAddress: config.bindAddress,
-        localAddresses: localInterfaceAddresses(),
+        localAddresses: outcome.localAddresses,
       }),
     });
     if (parts.affinityCleanup !== undefined && outcome.applied) {

@@ -45,6 +45,8 @@ export interface SyncOutcome {
   readonly durationMs: number;
   /** Trigger times (ms since the epoch) of the endpoint changes this sync programmed. */
   readonly triggerTimes: readonly number[];
+  /** This node's interface addresses as read for this sync, when known. */
+  readonly localAddresses: readonly string[] | undefined;
   /**
    * Service port keys whose service or endpoints changed since the last sync (what a partial
    * sync re-rendered); a full sync re-asserted every port besides these.
@@ -107,6 +109,7 @@ export class SyncLoop {
       started - this.#lastFullAt >= this.#options.fullSyncPeriodMs;
     this.#lastAttemptFull = full;
     let plan;
+    const localAddresses = this.#options.localAddresses();
     try {
       const state = this.#state;
       const input = {
@@ -114,7 +117,7 @@ export class SyncLoop {
         endpoints: state.endpoints,
         node: state.node,
         serviceCIDRs: state.serviceCIDRs,
-        localAddresses: this.#options.localAddresses(),
+        localAddresses,
       };
       plan = planner.plan(input, { full, changed: changes.changed });
       if (plan.script !== "") await this.#options.apply(plan.script);
@@ -138,6 +141,7 @@ export class SyncLoop {
       durationMs: clock.now() - started,
       changed: changes.changed,
       triggerTimes: changes.triggerTimes,
+      localAddresses,
     };
     log.debug(
       outcome.applied ? 1 : 4,
