@@ -15,26 +15,19 @@ import type { NodeInfo } from "../../model/node.ts";
 import { canonicalConfigCIDRs } from "../../model/ip.ts";
 import { familyOf, type IPFamily } from "../../model/service_port.ts";
 import { type ClusterFacts, nftRenderOptions } from "../nft/options.ts";
+import type { NftRenderOptions } from "../nft/ruleset.ts";
 
-/** How one family's iptables rules are rendered. */
-export interface IptablesRenderOptions {
+/** How one family's iptables rules are rendered: the node facts as for nft, and its own. */
+export interface IptablesRenderOptions
+  extends
+    Pick<NftRenderOptions, "masqueradeAll" | "serviceCIDRs" | "nodePortIPs" | "nodeName" | "zone"> {
   readonly family: IPFamily;
   /** The masquerade mark as upstream prints it (`%#08x`): bit 14 is `0x004000`. */
   readonly masqueradeMark: string;
-  /** Masquerade all traffic to cluster IPs. */
-  readonly masqueradeAll: boolean;
   /** Match for "comes from a local pod" (`-s 10.244.0.0/16`, `-i cbr0`, `-i veth+`), or null. */
   readonly localMatch: string | null;
   /** Match for "does not come from a local pod" (`! -s 10.244.0.0/16`), or null. */
   readonly notLocalMatch: string | null;
-  /** Service CIDRs of this family: unallocated IPs inside them are dropped. */
-  readonly serviceCIDRs: readonly string[];
-  /** Addresses of this node (this family) that accept node ports. */
-  readonly nodePortIPs: readonly string[];
-  /** This node's name, for local endpoints and node topology hints. */
-  readonly nodeName: string;
-  /** This node's zone, for zone topology hints (empty when unknown). */
-  readonly zone: string;
   /**
    * KUBE-FORWARD drops packets conntrack calls INVALID (upstream does, unless the kernel's
    * `nf_conntrack_tcp_be_liberal` is set). Default true.
