@@ -50,11 +50,17 @@ export interface NftResult {
 /** Runs `nft` with arguments and optional stdin; {@link NftApplyError} when it cannot start. */
 export async function runNft(
   args: readonly string[],
-  options: NftRunnerOptions & { stdin?: string } = {},
+  options: NftRunnerOptions & { stdin?: string; env?: Record<string, string>; timeoutMs?: number } =
+    {},
 ): Promise<NftResult> {
   const nft = options.nftPath ?? "nft";
   try {
-    return await runProgram([nft, ...args], { netns: options.netns, stdin: options.stdin });
+    return await runProgram([nft, ...args], {
+      netns: options.netns,
+      stdin: options.stdin,
+      env: options.env,
+      timeoutMs: options.timeoutMs,
+    });
   } catch (err) {
     throw new NftApplyError(`cannot run ${nft}: ${(err as Error).message}`, {
       line: 0,

@@ -1,6 +1,22 @@
 /**
- * Noticing that someone removed or flushed our rules (`nft flush ruleset`, a firewall reload):
- * one cheap listing of the two dispatch chains per family, no bigger however many services.
+ * Noticing that someone removed or flushed our rules (`nft flush ruleset`, a firewall reload),
+ * at a cost that does not grow with the table: one check-only `nft -c` run that reads no set
+ * elements.
+ *
+ * Every listing of a rule (`nft list chain`, `-t list table`, `nft monitor`) makes nft 1.x
+ * fetch every set element of the table first: 1.4–2.3 s of CPU and 234 MB at 10k services ×
+ * 10 endpoints (DESIGN §3). Check-only transactions are answered by the kernel without that
+ * cache, so the check asks two questions the kernel answers for us, per family:
+ *
+ * - `insert rule … nat-prerouting index 0 …`: nft resolves "index 0" from that chain's rules
+ *   only, so it fails with "No such file or directory" when the table, the chain or its
+ *   rules are gone.
+ * - `delete set … service-ips`: the kernel refuses it with "Device or resource busy" while a
+ *   rule uses the map — the `services` chain's dispatch rule, the only one that does; so it
+ *   succeeds (in a transaction that is thrown away) once that rule is flushed or deleted.
+ *
+ * Nothing is ever changed: `nft -c` sends the transaction without its commit. About 10 ms and
+ * 5 MB for the whole check, at any table size.
  *
  * @module
  */
@@ -8,29 +24,78 @@ import { type NftRunnerOptions, runNft } from "./nft.ts";
 import { NAMES } from "../render/nft/names.ts";
 import type { NftFamily } from "../render/nft/transaction.ts";
 
+/** nft's message for an errno, as printed under `LC_ALL=C`. */
+const ENOENT = "No such file or directory";
+const EBUSY = "Device or resource busy";
+
+/** A check waits at most this long for nft (it answers in ~10 ms). */
+const CHECK_TIMEOUT_MS = 10_000;
+
 /**
  * True when the tables of `families` (default both) still dispatch packets: `nat-prerouting`
- * jumps to `services` and `services` looks up `service-ips`. False when a table, a chain or a
- * rule is gone.
+ * holds its rule and `services` still looks up `service-ips`. False when a table, a chain or
+ * one of those rules is gone. Throws when nft cannot answer (not installed, not permitted).
  *
- * One `nft list chain` per chain, run side by side: nft 1.0.6 answers a file of several `list
- * chain` commands with "No such file or directory" even when every chain exists (its cache is
- * filtered for one of them only).
+ * @example
+ * ```ts
+ * if (!(await nftRulesIntact("kube-nftproxy"))) console.log("our rules were flushed");
+ * ```
  */
 export async function nftRulesIntact(
   table: string,
   options: NftRunnerOptions & { families?: readonly NftFamily[] } = {},
 ): Promise<boolean> {
   const families = options.families ?? ["ip", "ip6"];
-  const wanted: [NftFamily, string, RegExp][] = families.flatMap((
-    f,
-  ): [NftFamily, string, RegExp][] => [
-    [f, NAMES.natPrerouting, new RegExp(`jump ${NAMES.services}\\b`)],
-    [f, NAMES.services, new RegExp(`vmap @${NAMES.serviceIPs}\\b`)],
-  ]);
-  const found = await Promise.all(wanted.map(async ([family, chain, rule]) => {
-    const out = await runNft(["list", "chain", family, table, chain], options);
-    return out.code === 0 && rule.test(out.stdout);
-  }));
-  return found.every(Boolean);
+  const script = rulesCheckScript(table, families);
+  const result = await runNft(["-c", "-f", "-"], {
+    ...options,
+    stdin: script,
+    env: { LC_ALL: "C" },
+    timeoutMs: CHECK_TIMEOUT_MS,
+  });
+  return readRulesCheck(script, result.code, result.stderr);
+}
+
+/**
+ * The check-only script of {@link nftRulesIntact}: per family, on odd lines the probe of
+ * `nat-prerouting`'s rules, on even lines the probe of the map the `services` chain uses.
+ */
+export function rulesCheckScript(table: string, families: readonly NftFamily[]): string {
+  return families.map((family) =>
+    `insert rule ${family} ${table} ${NAMES.natPrerouting} index 0 counter\n` +
+    `delete map ${family} ${table} ${NAMES.serviceIPs}\n`
+  ).join("");
+}
+
+/**
+ * Reads nft's answer to {@link rulesCheckScript}: intact when no probe of a chain failed and
+ * every map is busy. A failed probe stops nft before it asks the kernel anything, so any
+ * missing chain or rule decides alone; any other refusal (permissions, a broken nft) throws.
+ */
+export function readRulesCheck(script: string, code: number, stderr: string): boolean {
+  const lines = script.trimEnd().split("\n");
+  const errors = new Map<number, string>();
+  for (const match of stderr.matchAll(/^[^\n]*?:(\d+):\d+(?:-\d+)?: Error: ([^\n]*)$/gm)) {
+    errors.set(Number(match[1]), match[2]);
+  }
+  if (code !== 0 && errors.size === 0) {
+    throw new Error(`nft -c answered with exit code ${code}: ${firstLine(stderr)}`);
+  }
+  const unexpected = [...errors].find(([, message]) =>
+    !message.includes(ENOENT) && !message.includes(EBUSY)
+  );
+  if (unexpected !== undefined) {
+    throw new Error(`nft -c refused line ${unexpected[0]}: ${unexpected[1]}`);
+  }
+  for (let line = 1; line <= lines.length; line += 2) {
+    if (errors.has(line)) return false;
+  }
+  for (let line = 2; line <= lines.length; line += 2) {
+    if (!errors.get(line)?.includes(EBUSY)) return false;
+  }
+  return true;
+}
+
+function firstLine(text: string): string {
+  return text.trim().split("\n")[0] ?? "";
 }

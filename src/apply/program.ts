@@ -24,6 +24,8 @@ export interface RunProgramOptions {
   timeoutMs?: number;
   /** Do not collect stdout (large listings nobody reads). Default false. */
   discardStdout?: boolean;
+  /** Extra environment variables (e.g. `LC_ALL=C` for messages read by code). */
+  env?: Record<string, string>;
 }
 
 /**
@@ -42,6 +44,7 @@ export async function runProgram(
   const [cmd, ...args] = options.netns ? ["ip", "netns", "exec", options.netns, ...argv] : argv;
   const child = new Deno.Command(cmd, {
     args,
+    env: options.env,
     stdin: options.stdin === undefined ? "null" : "piped",
     stdout: options.discardStdout ? "null" : "piped",
     stderr: "piped",
