@@ -171,6 +171,8 @@ export async function main(args: readonly string[]): Promise<number> {
     const code = await runProxy({
       config,
       log,
+      // Deno's performance clock starts with the process.
+      startedAt: Date.now() - performance.now(),
       source: config.fromFile !== ""
         ? new FileSource(config.fromFile, { log: warn })
         : new ApiSource({

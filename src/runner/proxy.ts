@@ -87,6 +87,11 @@ export interface ProxyParts {
   readonly serviceConnections?: ServiceConnectionsSource;
   /** Health-check node ports. Default: a {@link ServiceHealthServer} binding real sockets. */
   readonly serviceHealth?: ServiceHealthServer;
+  /**
+   * When the process started, on `clock` (for the first sync's timing line). Default: when
+   * {@link runProxy} was called.
+   */
+  readonly startedAt?: number;
 }
 
 /** How {@link runProxy} runs. */
@@ -109,6 +114,18 @@ export interface RunOptions {
 export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<number> {
   const { config, source, planner, log } = parts;
   const clock = parts.clock ?? realClock;
+  const startup = { process: parts.startedAt ?? clock.now(), source: 0, listed: 0, logged: false };
+  /** One line with where the time to the first rules in the kernel went (ms). */
+  const logFirstSync = (outcome: SyncOutcome) => {
+    if (startup.logged) return;
+    startup.logged = true;
+    const { track, render, apply } = outcome.phasesMs;
+    log.info(
+      `first sync timing: startup=${startup.source - startup.process} ` +
+        `list=${startup.listed - startup.source} track=${track} render=${render} apply=${apply} ` +
+        `total=${clock.now() - startup.process}`,
+    );
+  };
   const daemon = options.once ? undefined : daemonParts(parts, clock);
   const holder: { runner?: BoundedFrequencyRunner } = {};
   let synced!: () => void;
@@ -125,7 +142,10 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
       }
       holder.runner?.run();
     },
-    onSynced: () => synced(),
+    onSynced: () => {
+      startup.listed = clock.now();
+      synced();
+    },
   });
   const loop = new SyncLoop(state, {
     planner,
@@ -147,11 +167,13 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
         "topology hints do not know this node; check --hostname-override",
     );
   };
+  startup.source = clock.now();
   if (daemon === undefined) {
     await source.start(state);
     await listed;
     try {
       const outcome = await loop.sync();
+      logFirstSync(outcome);
       warnIfNodeMissing();
       log.info(`synced ${state.services.size} service ports (${outcome.scriptBytes} bytes)`);
       return 0;
@@ -189,7 +211,7 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
   }
   servers.push(...startServers(config, daemon, log));
 
-  const observe = syncObserver(state, loop, { ...daemon, parts, clock });
+  const observe = syncObserver(state, loop, { ...daemon, parts, clock, synced: logFirstSync });
   const afterSync = async () => {
     await observe();
     warnIfNodeMissing();
@@ -311,7 +333,12 @@ function startServers(config: Config, daemon: DaemonParts, log: Logger): HttpSer
 function syncObserver(
   state: ProxyState,
   loop: SyncLoop,
-  context: DaemonParts & { parts: ProxyParts; clock: Clock },
+  context: DaemonParts & {
+    parts: ProxyParts;
+    clock: Clock;
+    /** Called after each successful sync, before anything that follows it. */
+    synced: (outcome: SyncOutcome) => void;
+  },
 ): () => Promise<void> {
   const { health, metrics, serviceHealth, parts, clock } = context;
   const { config, log } = parts;
@@ -321,6 +348,7 @@ function syncObserver(
     let outcome: SyncOutcome;
     try {
       outcome = await loop.sync();
+      context.synced(outcome);
     } catch (err) {
       metrics.syncFailed({ full: loop.lastAttemptFull, seconds: (clock.now() - started) / 1000 });
       throw err;

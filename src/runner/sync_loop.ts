@@ -43,6 +43,8 @@ export interface SyncOutcome {
   readonly scriptBytes: number;
   readonly servicePortsChanged: number;
   readonly durationMs: number;
+  /** Where {@link durationMs} went, in ms: taking the changes, rendering, applying. */
+  readonly phasesMs: { readonly track: number; readonly render: number; readonly apply: number };
   /** Trigger times (ms since the epoch) of the endpoint changes this sync programmed. */
   readonly triggerTimes: readonly number[];
   /** This node's interface addresses as read for this sync, when known. */
@@ -105,6 +107,8 @@ export class SyncLoop {
     const { clock, planner, log } = this.#options;
     const started = clock.now();
     const changes = this.#state.takeChanges();
+    const tracked = clock.now();
+    let rendered = tracked;
     const full = this.#needFull || changes.global ||
       started - this.#lastFullAt >= this.#options.fullSyncPeriodMs;
     this.#lastAttemptFull = full;
@@ -120,6 +124,7 @@ export class SyncLoop {
         localAddresses,
       };
       plan = planner.plan(input, { full, changed: changes.changed });
+      rendered = clock.now();
       if (plan.script !== "") await this.#options.apply(plan.script);
     } catch (err) {
       // The changes taken above are folded into the state already: only a full sync is sure
@@ -139,6 +144,11 @@ export class SyncLoop {
       scriptBytes: plan.script.length,
       servicePortsChanged: plan.servicePortsChanged,
       durationMs: clock.now() - started,
+      phasesMs: {
+        track: tracked - started,
+        render: rendered - tracked,
+        apply: this.#lastSuccessAt - rendered,
+      },
       changed: changes.changed,
       triggerTimes: changes.triggerTimes,
       localAddresses,
