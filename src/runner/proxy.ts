@@ -121,9 +121,9 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
     startup.logged = true;
     const { track, render, apply } = outcome.phasesMs;
     log.info(
-      `first sync timing: startup=${startup.source - startup.process} ` +
+      `first sync timing: startup=${Math.round(startup.source - startup.process)} ` +
         `list=${startup.listed - startup.source} track=${track} render=${render} apply=${apply} ` +
-        `total=${clock.now() - startup.process}`,
+        `total=${Math.round(clock.now() - startup.process)}`,
     );
   };
   const daemon = options.once ? undefined : daemonParts(parts, clock);

@@ -87,8 +87,8 @@ interface Harness extends AsyncDisposable {
    * kind has its own watch, so only the order within a kind is defined.
    */
   since: (from: number) => string[];
-  /** LIST / WATCH requests for `kind` so far. */
-  requests: (kind: ObjectKind, watch: boolean) => number;
+  /** Requests for the whole state of `kind` so far: LISTs and watch-lists. */
+  initialReads: (kind: ObjectKind) => number;
 }
 
 interface HarnessOptions {
@@ -190,8 +190,10 @@ current-context: test
     converged: (what, timeoutMs) => waitFor(what, agrees, timeoutMs),
     since: (from) =>
       KINDS.flatMap((kind) => events.slice(from).filter((e) => e.kind === kind).map(summary)),
-    requests: (kind, watch) =>
-      server.requests.filter((r) => r.kind === kind && r.watch === watch).length,
+    initialReads: (kind) =>
+      server.requests.filter((r) =>
+        r.kind === kind && (!r.watch || r.params.sendInitialEvents === "true")
+      ).length,
     async [Symbol.asyncDispose]() {
       await source.stop();
       await server.close();
@@ -246,8 +248,26 @@ Deno.test("ApiSource lists every kind, calls onSynced once, then streams each ch
   assert.ok(h.server.requests.every((r) => r.authorization === "Bearer test-token"));
 });
 
-Deno.test("ApiSource pages through a LIST larger than the page size", async () => {
+Deno.test("ApiSource streams the initial state as one watch-list per kind, no LIST", async () => {
   await using h = await startHarness({
+    seed: (server) => {
+      seedCluster(server);
+      for (let i = 0; i < 10; i++) server.create("Service", svc(`s${i}`));
+    },
+  });
+  await h.converged("all 12 services");
+  assert.equal(h.mirror.get("Service")!.size, 12);
+  for (const kind of ["Service", "EndpointSlice", "Node", "ServiceCIDR"] as const) {
+    const reads = h.server.requests.filter((r) => r.kind === kind);
+    assert.equal(reads.filter((r) => !r.watch).length, 0, `${kind}: no LIST`);
+    assert.equal(reads[0].params.sendInitialEvents, "true");
+    assert.equal(reads[0].params.resourceVersionMatch, "NotOlderThan");
+  }
+});
+
+Deno.test("ApiSource lists from the watch cache, in one piece, where watch-list is off", async () => {
+  await using h = await startHarness({
+    server: { watchList: false },
     source: { pageSize: 3 },
     seed: (server) => {
       seedCluster(server);
@@ -256,10 +276,11 @@ Deno.test("ApiSource pages through a LIST larger than the page size", async () =
   });
   await h.converged("all 12 services");
   const lists = h.server.requests.filter((r) => r.kind === "Service" && !r.watch);
-  assert.equal(lists.length, 4);
-  assert.ok(lists.every((r) => r.params.limit === "3"));
-  assert.equal(lists.filter((r) => r.params.continue !== undefined).length, 3);
+  assert.equal(lists.length, 1);
+  assert.equal(lists[0].params.resourceVersion, "0");
+  assert.equal(lists[0].params.continue, undefined);
   assert.equal(h.mirror.get("Service")!.size, 12);
+  assert.ok(h.logs.some((l) => l.includes("does not stream Services as a watch-list (422")));
 });
 
 Deno.test("ApiSource asks for upstream's label and field selectors and follows objects leaving them", async () => {
@@ -275,8 +296,7 @@ Deno.test("ApiSource asks for upstream's label and field selectors and follows o
   assert.equal(h.mirror.get("Service")!.has("Service/default/headless"), false);
   assert.equal(h.mirror.get("EndpointSlice")!.has("EndpointSlice/default/headless-x"), false);
   assert.deepEqual([...h.mirror.get("Node")!.keys()], ["Node/node-a"]);
-  const selectorOf = (kind: ObjectKind) =>
-    h.server.requests.find((r) => r.kind === kind && !r.watch)!.params;
+  const selectorOf = (kind: ObjectKind) => h.server.requests.find((r) => r.kind === kind)!.params;
   const proxyLabels = "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name";
   assert.equal(selectorOf("Service").labelSelector, proxyLabels);
   assert.equal(selectorOf("EndpointSlice").labelSelector, proxyLabels);
@@ -300,7 +320,7 @@ Deno.test("ApiSource resumes from bookmarked resourceVersions without relisting"
   h.server.dropWatches();
   h.server.update("Node", node("node-a"));
   await h.converged("the node update after the reconnect");
-  assert.equal(h.requests("Node", false), 1, "the Node watch resumed from its bookmark");
+  assert.equal(h.initialReads("Node"), 1, "the Node watch resumed from its bookmark");
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -318,7 +338,7 @@ Deno.test("ApiSource survives dropped watches and resumes without relisting", as
     "add Service/default/db",
     "delete EndpointSlice/default/web-abc",
   ]);
-  assert.equal(h.requests("Service", false), 1);
+  assert.equal(h.initialReads("Service"), 1);
   assert.deepEqual(h.violations, []);
 });
 
@@ -366,7 +386,7 @@ Deno.test("ApiSource relists after 410 Gone, emitting deletes for vanished objec
     "add Service/default/new",
     "delete Service/default/gone",
   ]);
-  assert.equal(h.requests("Service", false), 2);
+  assert.equal(h.initialReads("Service"), 2);
   assert.ok(h.logs.some((l) => l.includes("expired; listing again")), h.logs.join("\n"));
   assert.deepEqual(h.violations, []);
 });

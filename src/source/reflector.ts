@@ -2,12 +2,25 @@
  * The reflector: keeps a local copy of one kind of API object in step with the API server by
  * LIST then WATCH, and turns what changes into add/update/delete source events.
  *
- * It owns the loop client-go's reflector owns: a paginated LIST diffed against the store
- * (a relist emits deletes for objects that vanished and updates only for objects that
- * changed), a WATCH resumed from the last resourceVersion seen (bookmarks advance it), a relist
- * after `410 Gone`, an idle watchdog that aborts a connection on which nothing arrives, and
- * retries with jittered exponential backoff for ever. Requests go through the function it is
- * given, so it knows nothing of credentials or TLS.
+ * It owns the loop client-go's reflector owns: the initial state, diffed against the store (a
+ * relist emits deletes for objects that vanished and updates only for objects that changed), a
+ * WATCH resumed from the last resourceVersion seen (bookmarks advance it), a relist after
+ * `410 Gone`, an idle watchdog that aborts a connection on which nothing arrives, and retries
+ * with jittered exponential backoff for ever. Requests go through the function it is given, so
+ * it knows nothing of credentials or TLS.
+ *
+ * The initial state is read the way client-go reads it, so that a DaemonSet restarting every
+ * node's proxy at once costs the API server no etcd read per node:
+ * - a watch-list first (`sendInitialEvents=true`): the server streams every object as an
+ *   `ADDED` event from its watch cache, then a bookmark annotated `k8s.io/initial-events-end`,
+ *   and the same connection goes on as the watch. A server that refuses it (422 before 1.27 or
+ *   with the WatchList feature off) or ends the stream before that bookmark is not asked again:
+ *   the reflector falls back to LIST.
+ * - LIST semantics by `resourceVersion`, as client-go's `relistResourceVersion`: the first
+ *   LIST asks for `resourceVersion=0` (any version, from the watch cache); a relist after a
+ *   watch expired asks for the last version seen (not older than it, also from the cache,
+ *   unpaginated); only when the server says that version is too old too (410) does the next
+ *   LIST read consistently (no resourceVersion, paginated by `limit`).
  *
  * @module
  */
@@ -68,6 +81,8 @@ export interface ReflectorOptions {
   absentRetryMs: number;
   /** LIST page size (`limit`). */
   pageSize: number;
+  /** Try the streaming watch-list for the initial state first. Default true. */
+  watchList?: boolean;
   /** Aborting it stops the reflector. */
   signal: AbortSignal;
 }
@@ -116,11 +131,18 @@ export class Reflector {
   #absent = false;
   /** When the last watch expired (410), ms since the epoch. */
   #expiredAt = 0;
+  /** The last resourceVersion seen from a LIST, a watch event or a bookmark. */
+  #lastSyncRV?: string;
+  /** The server said {@link #lastSyncRV} is too old for a LIST: the next reads consistently. */
+  #lastSyncRVUnavailable = false;
+  /** Whether the next initial state is asked for as a watch-list. */
+  #watchListUsable: boolean;
 
   /** Creates the reflector; nothing happens until {@link run}. */
   constructor(options: ReflectorOptions) {
     this.#o = options;
     this.#backoff = new Backoff(options.backoff);
+    this.#watchListUsable = options.watchList ?? true;
   }
 
   /** The objects as last seen, by {@link objectKey}. */
@@ -139,6 +161,11 @@ export class Reflector {
     while (!signal.aborted) {
       let phase = "list";
       try {
+        if (this.#rv === undefined && this.#watchListUsable) {
+          phase = "watch-list";
+          if (await this.#watchList()) continue;
+          phase = "list";
+        }
         if (this.#rv === undefined) {
           const found = await this.#list();
           if (signal.aborted) break;
@@ -153,6 +180,16 @@ export class Reflector {
         await this.#watch();
       } catch (error) {
         if (signal.aborted) break;
+        if (
+          error instanceof ApiStatusError && error.status === 410 && phase === "list" &&
+          !this.#lastSyncRVUnavailable
+        ) {
+          this.#o.log(
+            `${kind} list at resourceVersion ${this.#lastSyncRV} expired; reading consistently`,
+          );
+          this.#lastSyncRVUnavailable = true;
+          continue;
+        }
         if (error instanceof ApiStatusError && error.status === 410) {
           this.#o.log(`${kind} watch from resourceVersion ${this.#rv} expired; listing again`);
           this.#rv = undefined;
@@ -164,7 +201,7 @@ export class Reflector {
           continue;
         }
         if (error instanceof ApiStatusError && error.status === 404) this.#rv = undefined;
-        if (phase === "list" && this.#o.optional) this.#o.onListed();
+        if (phase !== "watch" && this.#o.optional) this.#o.onListed();
         const delayMs = this.#backoff.next();
         this.#o.log(`cannot ${phase} ${kind}s: ${errorMessage(error)}; retrying in ${delayMs} ms`);
         await sleep(delayMs, signal);
@@ -176,10 +213,16 @@ export class Reflector {
   async #list(): Promise<boolean> {
     const items: RawObject[] = [];
     let resourceVersion: string | undefined;
-    let limit = this.#o.pageSize;
+    const listRV = this.#lastSyncRVUnavailable ? "" : this.#lastSyncRV ?? "0";
+    // client-go pages only reads that go to etcd; the watch cache answers in one piece.
+    let limit = listRV === "" || listRV === "0" ? this.#o.pageSize : 0;
     let token = "";
     for (;;) {
-      const query = this.#query({ limit: limit > 0 ? String(limit) : "", continue: token });
+      const query = this.#query({
+        resourceVersion: token === "" ? listRV : "",
+        limit: limit > 0 ? String(limit) : "",
+        continue: token,
+      });
       const page = await this.#request(query, async (response): Promise<Page> => {
         if (!response.ok) return { error: await statusError(response) };
         return { body: JSON.parse(await readText(response, this.#kick)) as unknown };
@@ -233,14 +276,85 @@ export class Reflector {
       next.set(key, object);
     }
     this.#replace(next, resourceVersion);
+    this.#lastSyncRVUnavailable = false;
     this.#absent = false;
     return true;
+  }
+
+  /**
+   * Reads the initial state as a watch-list and goes on watching on the same connection;
+   * resolves true when the stream ended normally after the initial events (watch again from
+   * {@link #rv}). Resolves false, never to be tried again, when the server refused the
+   * watch-list or ended it before the initial events were complete. Errors after that are
+   * thrown, as a watch's are.
+   */
+  async #watchList(): Promise<boolean> {
+    const timeoutSeconds = Math.floor(this.#o.watchTimeoutSeconds * (1 + Math.random()));
+    const query = this.#query({
+      watch: "1",
+      sendInitialEvents: "true",
+      allowWatchBookmarks: "true",
+      resourceVersionMatch: "NotOlderThan",
+      timeoutSeconds: String(timeoutSeconds),
+    });
+    const initial = new Map<string, RawObject>();
+    let complete = false;
+    const fallBack = (why: string) => {
+      this.#watchListUsable = false;
+      this.#o.log(
+        `the API server does not stream ${this.#o.kind}s as a watch-list (${why}); listing instead`,
+      );
+      return false;
+    };
+    try {
+      return await this.#request(query, async (response) => {
+        if (!response.ok) return fallBack((await statusError(response)).message);
+        for await (const line of readLines(response.body!)) {
+          if (line.trim() === "") continue;
+          this.#kick();
+          if (complete) {
+            this.#handleWatchEvent(line);
+            continue;
+          }
+          const event = parseWatchEvent(line);
+          if (event.type === "ERROR") throw watchError(event.object);
+          const rv = resourceVersionOf(event.object);
+          if (event.type === "BOOKMARK") {
+            if (!initialEventsEnd(event.object) || rv === undefined) continue;
+            complete = true;
+            this.#replace(initial, rv);
+            this.#lastSyncRVUnavailable = false;
+            this.#absent = false;
+            this.#backoff.reset();
+            this.#o.onListed();
+            continue;
+          }
+          if (event.type !== "ADDED") {
+            return fallBack(`a ${event.type} event before the list ended`);
+          }
+          const typed = this.#typed(event.object);
+          const key = objectKey(this.#o.kind, typed);
+          if (key === undefined) {
+            this.#o.log(`skipping a listed ${this.#o.kind} without a name or namespace`);
+          } else initial.set(key, typed);
+        }
+        return complete || fallBack("the stream ended before its initial-events-end bookmark");
+      });
+    } catch (error) {
+      // Once listed, errors are a watch's; before, only a server that answered but never ended
+      // its initial events (an idle stream, a bad event) means it does not speak watch-list.
+      const answered = error instanceof IdleTimeoutError ||
+        (error instanceof Error && error.message.startsWith("the watch sent"));
+      if (complete || this.#o.signal.aborted || !answered) throw error;
+      return fallBack(errorMessage(error));
+    }
   }
 
   #replace(next: Map<string, RawObject>, resourceVersion: string | undefined): void {
     const events = relistEvents(this.#o.kind, this.#store, next);
     this.#store = next;
     this.#rv = resourceVersion;
+    if (resourceVersion !== undefined) this.#lastSyncRV = resourceVersion;
     for (const event of events) this.#emit(event);
   }
 
@@ -272,35 +386,17 @@ export class Reflector {
   }
 
   #handleWatchEvent(line: string): void {
-    let event: unknown;
-    try {
-      event = JSON.parse(line);
-    } catch {
-      throw new Error(`the watch sent a line that is not JSON: ${line.slice(0, 100)}`);
-    }
-    if (!isRecord(event) || !isRecord(event.object)) {
-      throw new Error(`the watch sent an event without an object: ${line.slice(0, 100)}`);
-    }
-    const { type } = event;
-    const object = event.object;
-    if (type === "ERROR") {
-      const status = typeof object.code === "number" ? object.code : 500;
-      const reason = typeof object.reason === "string" ? object.reason : undefined;
-      const message = typeof object.message === "string" ? object.message : "watch error";
-      throw new ApiStatusError(`${status} ${reason ?? ""}: ${message}`, { status, reason });
-    }
-    const rv = isRecord(object.metadata) ? object.metadata.resourceVersion : undefined;
-    if (type === "BOOKMARK") {
-      if (typeof rv === "string" && rv !== "") this.#rv = rv;
-      return;
-    }
+    const { type, object } = parseWatchEvent(line);
+    if (type === "ERROR") throw watchError(object);
+    const rv = resourceVersionOf(object);
+    if (rv !== undefined) this.#rv = this.#lastSyncRV = rv;
+    if (type === "BOOKMARK") return;
     if (type !== "ADDED" && type !== "MODIFIED" && type !== "DELETED") {
       this.#o.log(`ignoring a ${this.#o.kind} watch event of unknown type ${String(type)}`);
       return;
     }
     const typed = this.#typed(object);
     const key = objectKey(this.#o.kind, typed);
-    if (typeof rv === "string" && rv !== "") this.#rv = rv;
     if (key === undefined) {
       this.#o.log(`skipping a watched ${this.#o.kind} without a name or namespace`);
       return;
@@ -382,6 +478,45 @@ export class Reflector {
       this.#o.log(`the ${this.#o.kind} event handler failed: ${errorMessage(error)}`);
     }
   }
+}
+
+/** One watch event, checked for shape only. */
+interface WatchEvent {
+  readonly type: unknown;
+  readonly object: RawObject;
+}
+
+function parseWatchEvent(line: string): WatchEvent {
+  let event: unknown;
+  try {
+    event = JSON.parse(line);
+  } catch {
+    throw new Error(`the watch sent a line that is not JSON: ${line.slice(0, 100)}`);
+  }
+  if (!isRecord(event) || !isRecord(event.object)) {
+    throw new Error(`the watch sent an event without an object: ${line.slice(0, 100)}`);
+  }
+  return { type: event.type, object: event.object };
+}
+
+/** The error a watch `ERROR` event's Status stands for. */
+function watchError(object: RawObject): ApiStatusError {
+  const status = typeof object.code === "number" ? object.code : 500;
+  const reason = typeof object.reason === "string" ? object.reason : undefined;
+  const message = typeof object.message === "string" ? object.message : "watch error";
+  return new ApiStatusError(`${status} ${reason ?? ""}: ${message}`, { status, reason });
+}
+
+function resourceVersionOf(object: RawObject): string | undefined {
+  const rv = isRecord(object.metadata) ? object.metadata.resourceVersion : undefined;
+  return typeof rv === "string" && rv !== "" ? rv : undefined;
+}
+
+/** The bookmark that ends a watch-list's initial events. */
+function initialEventsEnd(object: RawObject): boolean {
+  const metadata = isRecord(object.metadata) ? object.metadata : {};
+  const annotations = isRecord(metadata.annotations) ? metadata.annotations : {};
+  return annotations["k8s.io/initial-events-end"] === "true";
 }
 
 /** One LIST page, or the error the server answered with instead. */

@@ -86,6 +86,7 @@ function scripted(
     absentRetryMs: 10_000,
     pageSize: 2,
     signal: abort.signal,
+    watchList: false,
     ...overrides,
   });
   const run = reflector.run();
@@ -165,6 +166,8 @@ Deno.test("Reflector backs off after an error and lists again after a watch ERRO
     assert.match(r.logs[0], /cannot list Services: 503: etcd unavailable; retrying in \d+ ms/);
     assert.match(r.logs[1], /watch from resourceVersion 3 expired; listing again/);
     assert.equal(r.reflector.resourceVersion, "4");
+    // The relist asks the watch cache for the version last seen, in one piece.
+    assert.match(r.paths[3], /^\/api\/v1\/services\?resourceVersion=3$/);
   } finally {
     await r.stop();
   }
@@ -189,6 +192,119 @@ Deno.test("Reflector refuses a LIST without a resourceVersion and retries it", a
     await waitFor("the retried list", () => r.listed() === 1);
     assert.match(r.logs[0], /answered without a resourceVersion; retrying in/);
     assert.equal(r.reflector.resourceVersion, "2");
+  } finally {
+    await r.stop();
+  }
+});
+
+/** One watch stream: each event on its own line. */
+function stream(...events: unknown[]): Response {
+  return new Response(events.map((e) => JSON.stringify(e) + "\n").join(""));
+}
+
+const listItem = (name: string, rv: string) => ({
+  metadata: { namespace: "default", name, resourceVersion: rv },
+});
+const initialEventsEnd = (rv: string) => ({
+  type: "BOOKMARK",
+  object: {
+    kind: "Service",
+    metadata: { resourceVersion: rv, annotations: { "k8s.io/initial-events-end": "true" } },
+  },
+});
+
+Deno.test("Reflector first asks with resourceVersion=0, served from the watch cache", async () => {
+  const r = scripted([() => json({ metadata: { resourceVersion: "7" }, items: [] })]);
+  try {
+    await waitFor("the list", () => r.listed() === 1);
+    assert.equal(r.paths[0], "/api/v1/services?resourceVersion=0&limit=2");
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector reads consistently, paginated, once the version it asks for is too old", async () => {
+  const r = scripted([
+    () => json({ metadata: { resourceVersion: "3" }, items: [] }),
+    () => stream({ type: "ERROR", object: { kind: "Status", code: 410, reason: "Expired" } }),
+    () => json({ kind: "Status", code: 410, reason: "Expired", message: "too old" }, 410),
+    () => json({ metadata: { resourceVersion: "12" }, items: [listItem("a", "11")] }),
+  ]);
+  try {
+    await waitFor("the consistent list", () => r.listed() === 2);
+    assert.equal(r.paths[2], "/api/v1/services?resourceVersion=3");
+    assert.equal(r.paths[3], "/api/v1/services?limit=2");
+    assert.match(r.logs.join("\n"), /list at resourceVersion 3 expired; reading consistently/);
+    assert.deepEqual(r.events.map(summary), ["add a"]);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector streams the initial state as a watch-list and watches on the same connection", async () => {
+  const r = scripted([
+    () =>
+      stream(
+        { type: "ADDED", object: listItem("a", "4") },
+        { type: "ADDED", object: listItem("b", "5") },
+        initialEventsEnd("6"),
+        { type: "MODIFIED", object: listItem("a", "7") },
+      ),
+  ], { watchList: true });
+  try {
+    await waitFor("the update after the initial events", () => r.events.length === 3);
+    assert.equal(r.listed(), 1);
+    assert.deepEqual(r.events.map(summary), ["add a", "add b", "update a"]);
+    assert.match(
+      r.paths[0],
+      /^\/api\/v1\/services\?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=\d+$/,
+    );
+    // The stream ended (the server's timeout): the watch resumes where it left off.
+    await waitFor("the next watch", () => r.paths.length === 2);
+    assert.match(r.paths[1], /watch=1&allowWatchBookmarks=true&resourceVersion=7&/);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector lists instead, for good, when the server refuses the watch-list", async () => {
+  const refused = {
+    kind: "Status",
+    code: 422,
+    reason: "Invalid",
+    message:
+      "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+  };
+  const r = scripted([
+    () => json(refused, 422),
+    () => json({ metadata: { resourceVersion: "3" }, items: [listItem("a", "2")] }),
+    () => stream({ type: "ERROR", object: { kind: "Status", code: 410, reason: "Expired" } }),
+    () => json({ metadata: { resourceVersion: "4" }, items: [listItem("a", "2")] }),
+  ], { watchList: true });
+  try {
+    await waitFor("the relist", () => r.listed() === 2);
+    assert.match(r.logs[0], /does not stream Services as a watch-list \(422 Invalid: sendInitial/);
+    assert.equal(r.paths[1], "/api/v1/services?resourceVersion=0&limit=2");
+    assert.equal(r.paths[3], "/api/v1/services?resourceVersion=3");
+    assert.deepEqual(r.events.map(summary), ["add a"]);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector lists instead when a server ignores sendInitialEvents and just watches", async () => {
+  const r = scripted([
+    () =>
+      stream(
+        { type: "ADDED", object: listItem("a", "4") },
+        { type: "MODIFIED", object: listItem("a", "5") },
+      ),
+    () => json({ metadata: { resourceVersion: "5" }, items: [listItem("a", "5")] }),
+  ], { watchList: true });
+  try {
+    await waitFor("the list", () => r.listed() === 1);
+    assert.match(r.logs[0], /a MODIFIED event before the list ended\); listing instead/);
+    assert.deepEqual(r.events.map(summary), ["add a"]);
   } finally {
     await r.stop();
   }
