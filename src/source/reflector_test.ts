@@ -309,3 +309,22 @@ Deno.test("Reflector lists instead when a server ignores sendInitialEvents and j
     await r.stop();
   }
 });
+
+Deno.test("Reflector remembers each object's kind, name and version, not the whole object", async () => {
+  const big = {
+    metadata: { namespace: "default", name: "a", resourceVersion: "4", labels: { x: "y" } },
+    spec: { ports: [{ port: 80 }] },
+  };
+  const r = scripted([() => json({ metadata: { resourceVersion: "5" }, items: [big] })]);
+  try {
+    await waitFor("the list", () => r.listed() === 1);
+    assert.deepEqual(r.events[0].current!.spec, big.spec, "the event carries the whole object");
+    assert.deepEqual(r.reflector.store.get("Service/default/a"), {
+      kind: "Service",
+      apiVersion: "v1",
+      metadata: { namespace: "default", name: "a", resourceVersion: "4" },
+    });
+  } finally {
+    await r.stop();
+  }
+});

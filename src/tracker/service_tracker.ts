@@ -9,6 +9,7 @@
  * @module
  */
 import { convertService } from "../model/convert_service.ts";
+import { getString } from "../model/raw.ts";
 import { serviceKey, type ServicePort, servicePortKey } from "../model/service_port.ts";
 
 /** Options of a {@link ServiceChangeTracker}. */
@@ -50,10 +51,11 @@ export class ServiceChangeTracker {
    */
   update(previous: unknown, current: unknown): boolean {
     const converted = current === undefined ? undefined : convertService(current);
-    const old = previous === undefined ? undefined : convertService(previous);
-    const id = converted
-      ? serviceKey(converted)
-      : serviceKey({ namespace: old?.namespace ?? "", name: old?.name ?? "" });
+    // Only a deleted Service's name is read: the previous ports are the applied ones.
+    const id = converted ? serviceKey(converted) : serviceKey({
+      namespace: getString(previous, ["metadata", "namespace"], "default") ?? "",
+      name: getString(previous, ["metadata", "name"]) ?? "",
+    });
     let ports: readonly ServicePort[] = [];
     if (converted?.ok) ports = converted.ports;
     else if (converted) {
