@@ -3,16 +3,18 @@
  * material — read from a kubeconfig file, the in-cluster service account, or a `--master` URL —
  * and a `get()` that sends an authenticated request with Deno's `fetch`.
  *
- * `@kubernetes/client-node` is used only to read the configuration and to produce the
+ * `@kubernetes/client-node` is used only to read a kubeconfig file and to produce its
  * credentials (bearer tokens, token files that rotate, exec and auth-provider plugins,
- * impersonation, basic auth); requests go through Deno's own `fetch`, with a
+ * impersonation, basic auth), and is loaded only then: `--master` alone and the in-cluster
+ * service account (a DaemonSet's case) need nothing of it, and loading it takes 0.3–0.6 s of
+ * a cold start. Requests go through Deno's own `fetch`, with a
  * `Deno.createHttpClient` carrying the cluster CA, the client certificate and key, and the
  * cluster's proxy.
  *
  * @module
  */
 
-import { type Cluster, KubeConfig, type User } from "@kubernetes/client-node";
+import type { Cluster, KubeConfig, User } from "@kubernetes/client-node";
 import type { RequestOptions } from "node:https";
 import { VERSION } from "../version.ts";
 import { load as loadYaml } from "js-yaml";
@@ -20,6 +22,7 @@ import { dirname, isAbsolute, join } from "node:path";
 
 /** Where the service-account files live inside a pod. */
 const SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+const SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 
 /** Options of {@link connectApi}. */
 export interface ApiConnectionOptions {
@@ -78,10 +81,110 @@ export interface ApiConnection {
  */
 export async function connectApi(options: ApiConnectionOptions = {}): Promise<ApiConnection> {
   const log = options.log ?? ((line: string) => console.error(line));
-  const kubeconfig = loadKubeConfig(options);
+  const credentials = options.kubeconfig
+    ? await kubeconfigCredentials(options, log)
+    : options.master
+    ? masterCredentials(options.master)
+    : await inClusterCredentials(options.inClusterPathPrefix ?? "");
+  const { server, caCerts, cert, key, proxyUrl } = credentials;
+  let client: Deno.HttpClient | undefined;
+  if (caCerts.length > 0 || (cert !== undefined && key !== undefined) || proxyUrl) {
+    client = Deno.createHttpClient({
+      ...(caCerts.length > 0 ? { caCerts: [...caCerts] } : {}),
+      ...(cert !== undefined && key !== undefined ? { cert, key } : {}),
+      ...(proxyUrl ? { proxy: { url: proxyUrl } } : {}),
+    });
+  }
+  const send = options.fetch ?? fetch;
+  const userAgent = `kube-nftproxy/${VERSION}`;
+  return {
+    server,
+    async get(path: string, signal: AbortSignal): Promise<Response> {
+      const headers = new Headers({ accept: "application/json", "user-agent": userAgent });
+      await credentials.authorize(headers);
+      const init: RequestInit & { client?: Deno.HttpClient } = { headers, signal };
+      if (client !== undefined) init.client = client;
+      return await send(`${server}${path}`, init);
+    },
+    close(): void {
+      client?.close();
+      client = undefined;
+    },
+  };
+}
+
+/** Where requests go, with which TLS material, and how each is authorised. */
+interface Credentials {
+  /** Base URL without a trailing slash. */
+  readonly server: string;
+  readonly caCerts: readonly string[];
+  readonly cert?: string;
+  readonly key?: string;
+  readonly proxyUrl?: string;
+  /** Sets the request's authorization headers; asked per request, as credentials rotate. */
+  authorize(headers: Headers): Promise<void>;
+}
+
+/** `--master` alone: that URL, no credentials. */
+function masterCredentials(master: string): Credentials {
+  return { server: checkedServer(master), caCerts: [], authorize: () => Promise.resolve() };
+}
+
+/**
+ * The pod's service account, as client-go's `InClusterConfig`: `https://` to
+ * `KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT`, the account's CA, and its token, read
+ * again for every request because projected tokens rotate. Read without client-node, whose
+ * loading is a third of a cold start.
+ */
+async function inClusterCredentials(prefix: string): Promise<Credentials> {
+  const host = Deno.env.get("KUBERNETES_SERVICE_HOST");
+  const port = Deno.env.get("KUBERNETES_SERVICE_PORT");
+  if (!host || !port) {
+    throw new ApiConfigError(
+      "no --kubeconfig and no --master given, and not running in a pod: unable to load " +
+        "in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must " +
+        "be defined",
+    );
+  }
+  const tokenFile = `${prefix}${SERVICE_ACCOUNT_TOKEN}`;
+  const caFile = `${prefix}${SERVICE_ACCOUNT_CA}`;
+  let ca: string;
+  try {
+    await Deno.stat(tokenFile);
+    ca = await Deno.readTextFile(caFile);
+  } catch (error) {
+    const file = error instanceof Deno.errors.NotFound && !(await exists(tokenFile))
+      ? tokenFile
+      : caFile;
+    throw new ApiConfigError(
+      `cannot use the in-cluster service account: ${file}: ${errorMessage(error)}`,
+      { cause: error },
+    );
+  }
+  const hostPort = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+  return {
+    server: checkedServer(`https://${hostPort}`),
+    caCerts: [ca],
+    async authorize(headers: Headers): Promise<void> {
+      const token = (await Deno.readTextFile(tokenFile)).trim();
+      if (token !== "") headers.set("authorization", `Bearer ${token}`);
+    },
+  };
+}
+
+/**
+ * A kubeconfig file's current context, through client-node (loaded only here): bearer tokens,
+ * token files, exec and auth-provider plugins, basic auth, client certificates; `master`
+ * overrides its server URL.
+ */
+async function kubeconfigCredentials(
+  options: ApiConnectionOptions,
+  log: (line: string) => void,
+): Promise<Credentials> {
+  const { KubeConfig } = await import("@kubernetes/client-node");
+  const kubeconfig = loadKubeConfig(options, KubeConfig);
   const cluster = kubeconfig.getCurrentCluster()!;
   const server = cluster.server.replace(/\/+$/, "");
-
   const tls: RequestOptions = {};
   await kubeconfig.applyToHTTPSOptions(tls);
   const https = server.startsWith("https:");
@@ -95,28 +198,17 @@ export async function connectApi(options: ApiConnectionOptions = {}): Promise<Ap
   if (https && cluster.tlsServerName) {
     log(`tls-server-name ${cluster.tlsServerName} is not supported; verifying ${server} as is`);
   }
-  const caCerts = pemList(tls.ca);
-  const cert = pem(tls.cert);
-  const key = pem(tls.key);
-  let client: Deno.HttpClient | undefined;
-  if (caCerts.length > 0 || (cert !== undefined && key !== undefined) || cluster.proxyUrl) {
-    client = Deno.createHttpClient({
-      ...(caCerts.length > 0 ? { caCerts } : {}),
-      ...(cert !== undefined && key !== undefined ? { cert, key } : {}),
-      ...(cluster.proxyUrl ? { proxy: { url: cluster.proxyUrl } } : {}),
-    });
-  }
-  const send = options.fetch ?? fetch;
-  const userAgent = `kube-nftproxy/${VERSION}`;
-  const tokenFile = options.kubeconfig ? kubeconfigTokenFile(options.kubeconfig) : undefined;
-
+  const tokenFile = kubeconfigTokenFile(options.kubeconfig!);
   return {
     server,
-    async get(path: string, signal: AbortSignal): Promise<Response> {
+    caCerts: pemList(tls.ca),
+    cert: pem(tls.cert),
+    key: pem(tls.key),
+    proxyUrl: cluster.proxyUrl,
+    async authorize(headers: Headers): Promise<void> {
       // Asked per request: token files rotate and exec plugins' tokens expire.
       const auth: RequestOptions = {};
       await kubeconfig.applyToHTTPSOptions(auth);
-      const headers = new Headers({ accept: "application/json", "user-agent": userAgent });
       for (const [name, value] of Object.entries(auth.headers ?? {})) {
         if (value !== undefined) {
           headers.set(name, Array.isArray(value) ? value.join(", ") : `${value}`);
@@ -131,56 +223,24 @@ export async function connectApi(options: ApiConnectionOptions = {}): Promise<Ap
         const token = (await Deno.readTextFile(tokenFile)).trim();
         if (token !== "") headers.set("authorization", `Bearer ${token}`);
       }
-      const init: RequestInit & { client?: Deno.HttpClient } = { headers, signal };
-      if (client !== undefined) init.client = client;
-      return await send(`${server}${path}`, init);
-    },
-    close(): void {
-      client?.close();
-      client = undefined;
     },
   };
 }
 
 /** A KubeConfig holding exactly one cluster and user: the ones requests go to and act as. */
-function loadKubeConfig(options: ApiConnectionOptions): KubeConfig {
-  const loaded = new KubeConfig();
+function loadKubeConfig(
+  options: ApiConnectionOptions,
+  KubeConfigClass: typeof KubeConfig,
+): KubeConfig {
+  const loaded = new KubeConfigClass();
   const master = options.master ?? "";
-  if (options.kubeconfig) {
-    try {
-      loaded.loadFromFile(options.kubeconfig);
-    } catch (error) {
-      throw new ApiConfigError(
-        `cannot load kubeconfig ${options.kubeconfig}: ${errorMessage(error)}`,
-        { cause: error },
-      );
-    }
-  } else if (master !== "") {
-    loaded.loadFromClusterAndUser(
-      { name: "master", server: master, skipTLSVerify: false },
-      { name: "anonymous" },
+  try {
+    loaded.loadFromFile(options.kubeconfig!);
+  } catch (error) {
+    throw new ApiConfigError(
+      `cannot load kubeconfig ${options.kubeconfig}: ${errorMessage(error)}`,
+      { cause: error },
     );
-  } else {
-    const host = Deno.env.get("KUBERNETES_SERVICE_HOST");
-    const port = Deno.env.get("KUBERNETES_SERVICE_PORT");
-    if (!host || !port) {
-      throw new ApiConfigError(
-        "no --kubeconfig and no --master given, and not running in a pod: unable to load " +
-          "in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must " +
-          "be defined",
-      );
-    }
-    const prefix = options.inClusterPathPrefix ?? "";
-    try {
-      Deno.statSync(`${prefix}${SERVICE_ACCOUNT_TOKEN}`);
-    } catch (error) {
-      throw new ApiConfigError(
-        `cannot use the in-cluster service account: ${prefix}${SERVICE_ACCOUNT_TOKEN}: ` +
-          errorMessage(error),
-        { cause: error },
-      );
-    }
-    loaded.loadFromCluster(prefix);
   }
   const cluster = loaded.getCurrentCluster();
   if (cluster === null) {
@@ -189,13 +249,7 @@ function loadKubeConfig(options: ApiConnectionOptions): KubeConfig {
         "names no cluster",
     );
   }
-  const server = master !== "" ? master : cluster.server;
-  try {
-    const url = new URL(server);
-    if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
-  } catch {
-    throw new ApiConfigError(`API server URL "${server}" is not an http:// or https:// URL`);
-  }
+  const server = checkedServer(master !== "" ? master : cluster.server);
   const user: User = loaded.getCurrentUser() ?? { name: "anonymous" };
   const effective: Cluster = {
     ...cluster,
@@ -203,9 +257,29 @@ function loadKubeConfig(options: ApiConnectionOptions): KubeConfig {
     // TLS verification means nothing for http://, and client-node refuses http:// without it.
     skipTLSVerify: cluster.skipTLSVerify || server.startsWith("http:"),
   };
-  const kubeconfig = new KubeConfig();
+  const kubeconfig = new KubeConfigClass();
   kubeconfig.loadFromClusterAndUser(effective, user);
   return kubeconfig;
+}
+
+/** `server` without trailing slashes; {@link ApiConfigError} unless it is an http(s) URL. */
+function checkedServer(server: string): string {
+  try {
+    const url = new URL(server);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
+  } catch {
+    throw new ApiConfigError(`API server URL "${server}" is not an http:// or https:// URL`);
+  }
+  return server.replace(/\/+$/, "");
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -136,7 +136,7 @@ Deno.test("connectApi() sends basic auth for a kubeconfig user with username and
   });
 });
 
-Deno.test("connectApi() uses the in-cluster service account when neither kubeconfig nor master is given", async () => {
+Deno.test("connectApi() uses the in-cluster service account, re-reading its rotating token, when neither kubeconfig nor master is given", async () => {
   await withTempDir(async (dir) => {
     const accountDir = `${dir}/var/run/secrets/kubernetes.io/serviceaccount`;
     await Deno.mkdir(accountDir, { recursive: true });
@@ -153,9 +153,16 @@ Deno.test("connectApi() uses the in-cluster service account when neither kubecon
       const recorder = recordingFetch();
       const api = await connectApi({ inClusterPathPrefix: dir, fetch: recorder.fetch });
       await api.get("/api", new AbortController().signal);
+      await Deno.writeTextFile(`${accountDir}/token`, "rotated-token");
+      await api.get("/api", new AbortController().signal);
       api.close();
       assert.equal(api.server, "https://10.96.0.1:443");
       assert.equal(recorder.calls[0].headers.get("authorization"), "Bearer pod-token");
+      assert.equal(recorder.calls[1].headers.get("authorization"), "Bearer rotated-token");
+      Deno.env.set("KUBERNETES_SERVICE_HOST", "fd00:10:96::1");
+      const v6 = await connectApi({ inClusterPathPrefix: dir, fetch: recorder.fetch });
+      v6.close();
+      assert.equal(v6.server, "https://[fd00:10:96::1]:443");
     } finally {
       for (const [name, value] of saved) {
         if (value === undefined) Deno.env.delete(name);
