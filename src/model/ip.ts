@@ -49,7 +49,8 @@ export function parseAddress(text: unknown): ParsedAddress {
   if (text.split(".").some((part) => part.length > 1 && part.startsWith("0"))) {
     return { ok: false, reason: `"${text}" has leading zeros, which are ambiguous` };
   }
-  return { ok: true, address: ipaddr.IPv4.parse(text).toString(), family: "IPv4" };
+  // Four decimal parts without leading zeros: already the canonical form.
+  return { ok: true, address: text, family: "IPv4" };
 }
 
 /**

@@ -97,5 +97,8 @@ function samePorts(a: readonly ServicePort[], b: readonly ServicePort[]): boolea
 
 /** Deep equality for records built by the same converter (same key order). */
 export function sameJson(a: unknown, b: unknown): boolean {
-  return a === b || JSON.stringify(a) === JSON.stringify(b);
+  if (a === b) return true;
+  // A record against nothing (a new port): no need to write either out.
+  if (a === undefined || b === undefined || a === null || b === null) return false;
+  return JSON.stringify(a) === JSON.stringify(b);
 }
