@@ -1,0 +1,132 @@
+import assert from "node:assert/strict";
+import {
+  createNamespace,
+  deleteNamespace,
+  netnsTestGate,
+  shortId,
+} from "../../tests/netns/netns.ts";
+import { applyNft } from "./nft.ts";
+import {
+  getSetElementsRequest,
+  type KernelElement,
+  NetlinkError,
+  readMessages,
+} from "./nft_netlink.ts";
+import { parseElementCounts } from "./service_counters.ts";
+import { runNft } from "./nft.ts";
+
+const gate = await netnsTestGate();
+
+/** One netlink attribute: length, type, value padded to 4 bytes. */
+function attr(type: number, value: Uint8Array): Uint8Array {
+  const out = new Uint8Array((4 + value.length + 3) & ~3);
+  new DataView(out.buffer).setUint16(0, 4 + value.length, true);
+  new DataView(out.buffer).setUint16(2, type, true);
+  out.set(value, 4);
+  return out;
+}
+const concat = (...parts: Uint8Array[]) => {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  parts.reduce((offset, p) => (out.set(p, offset), offset + p.length), 0);
+  return out;
+};
+const text = (s: string) => new TextEncoder().encode(`${s}\0`);
+const u64 = (n: number) => {
+  const out = new Uint8Array(8);
+  new DataView(out.buffer).setBigUint64(0, BigInt(n), false);
+  return out;
+};
+function message(type: number, seq: number, body: Uint8Array): Uint8Array {
+  const out = new Uint8Array(16 + body.length);
+  const view = new DataView(out.buffer);
+  view.setUint32(0, out.length, true);
+  view.setUint16(4, type, true);
+  view.setUint32(8, seq, true);
+  out.set(body, 16);
+  return out;
+}
+
+Deno.test("getSetElementsRequest() asks for a dump of one table's set", () => {
+  const request = getSetElementsRequest(2, "t", "s", 7);
+  const view = new DataView(request.buffer);
+  assert.equal(view.getUint32(0, true), request.length);
+  assert.equal(view.getUint16(4, true), (10 << 8) | 13, "nftables subsystem, GETSETELEM");
+  assert.equal(view.getUint16(6, true), 0x301, "a request for a dump");
+  assert.equal(request[16], 2, "family ip");
+  assert.deepEqual([...request.subarray(20)], [...concat(attr(1, text("t")), attr(2, text("s")))]);
+});
+
+Deno.test("readMessages() reads each element's key, comment and counter, and the dump's end", () => {
+  const key = new Uint8Array([10, 96, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0]);
+  const comment = text("default/web:http");
+  const userdata = concat(new Uint8Array([0, comment.length]), comment);
+  const counter = concat(
+    attr(1, text("counter")),
+    attr(2, concat(attr(1, u64(640)), attr(2, u64(7)))),
+  );
+  const element = attr(1, concat(attr(1, attr(1, key)), attr(6, userdata), attr(7, counter)));
+  const plain = attr(1, attr(1, attr(1, new Uint8Array([10, 96, 0, 2]))));
+  const elements = attr(3 | 0x8000, concat(element, plain));
+  const body = concat(new Uint8Array([2, 0, 0, 0]), attr(1, text("t")), elements);
+  const out: KernelElement[] = [];
+  assert.equal(readMessages(message((10 << 8) | 12, 9, body), 9, out), false);
+  assert.equal(readMessages(message(3, 9, new Uint8Array(4)), 9, out), true);
+  assert.deepEqual(out, [
+    { key, comment: "default/web:http", packets: 7 },
+    { key: new Uint8Array([10, 96, 0, 2]), comment: "" },
+  ]);
+});
+
+Deno.test("readMessages() turns the kernel's error answer into a NetlinkError with its errno", () => {
+  const error = new Uint8Array(4);
+  new DataView(error.buffer).setInt32(0, -2, true);
+  assert.throws(
+    () => readMessages(message(2, 9, error), 9, []),
+    (e: unknown) => e instanceof NetlinkError && e.errno === 2 && /ENOENT/.test(e.message),
+  );
+});
+
+Deno.test({
+  name: "dumpSetElements() reads the same counted elements as nft -j list map, in the kernel",
+  ignore: gate.ignore,
+  async fn() {
+    const ns = `knp-${shortId()}-netlink`;
+    try {
+      await createNamespace(ns);
+      const golden = new URL("../../nft/golden/clusterip.nft", import.meta.url);
+      await applyNft(await Deno.readTextFile(golden), { netns: ns });
+      // The socket belongs to the caller's namespace, so the dump runs in a child there.
+      const child = new Deno.Command("ip", {
+        args: [
+          "netns",
+          "exec",
+          ns,
+          Deno.execPath(),
+          "eval",
+          `import { dumpSetElements } from ${
+            JSON.stringify(new URL("./nft_netlink.ts", import.meta.url).href)
+          };
+           const els = await dumpSetElements("ip", "kube-nftproxy", "service-ips");
+           console.log(JSON.stringify(els.map((e) => [e.comment, e.packets, e.key.length])));`,
+        ],
+        stdout: "piped",
+        stderr: "piped",
+      });
+      const out = await child.output();
+      assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+      const viaNetlink = JSON.parse(new TextDecoder().decode(out.stdout)) as [
+        string,
+        number,
+        number,
+      ][];
+      const listed = await runNft(["-j", "list", "map", "ip", "kube-nftproxy", "service-ips"], {
+        netns: ns,
+      });
+      const viaNft = parseElementCounts(listed.stdout).map((e) => [e.comment, e.packets, 12]);
+      assert.ok(viaNft.length > 0);
+      assert.deepEqual(viaNetlink.sort(), viaNft.sort());
+    } finally {
+      await deleteNamespace(ns);
+    }
+  },
+});
