@@ -29,7 +29,11 @@ cd "$(dirname "$0")/../.."
 export DENO_NO_UPDATE_CHECK=1 NO_COLOR=1
 DENO="${DENO:-deno}"
 
-root="$(tests/compat/debian13_root.sh)"
+bin="$(mktemp -d)"
+log="$(mktemp)"
+trap 'rm -rf "$bin" "$log"' EXIT
+
+root="$(tests/compat/debian13_root.sh 2>"$log")"
 case $? in
   0) ;;
   3)
@@ -37,14 +41,11 @@ case $? in
     exit 0
     ;;
   *)
+    cat "$log"
     echo "0 passed, 1 failed"
     exit 1
     ;;
 esac
-
-bin="$(mktemp -d)"
-log="$(mktemp)"
-trap 'rm -rf "$bin" "$log"' EXIT
 ln -s "$PWD/tests/compat/nft-1.1.3" "$bin/nft"
 export PATH="$bin:$PATH" KUBE_NFTPROXY_NFT="$bin/nft" KNP_DEBIAN13_ROOT="$root"
 version="$(nft --version)"
