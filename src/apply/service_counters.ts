@@ -22,6 +22,7 @@
 import { type NftRunnerOptions, runNft } from "./nft.ts";
 import { NAMES } from "../render/nft/names.ts";
 import { dumpSetElements, NetlinkError } from "./nft_netlink.ts";
+import { protocolName } from "../model/ip_protocol.ts";
 
 /** One counted element of a dispatch map, as the kernel lists it. */
 export interface ElementCount {
@@ -29,7 +30,10 @@ export interface ElementCount {
   readonly family: string;
   /** `service-ips` or `service-nodeports`. */
   readonly map: string;
-  /** The element's key, as JSON text (tells entry points apart). */
+  /**
+   * The element's key as nft writes it (`10.96.0.10 . tcp . 80`, `tcp . 30080`), protocols by
+   * name whether or not nft printed numbers: tells entry points apart.
+   */
   readonly key: string;
   /** The element's comment: `namespace/name:port`. */
   readonly comment: string;
@@ -54,7 +58,8 @@ export const COUNTED_MAPS: readonly string[] = [NAMES.serviceIPs, NAMES.serviceN
 
 /**
  * The counted elements of one `nft -j list map …` output. Elements without a counter or a
- * `namespace/name:port` comment are skipped; malformed JSON throws.
+ * `namespace/name:port` comment are skipped; malformed JSON throws. Reads every nft release's
+ * JSON alike (1.0.6 and 1.1.3 checked), with protocols printed as names or as numbers.
  *
  * @example
  * ```ts
@@ -65,8 +70,11 @@ export function parseElementCounts(json: string): ElementCount[] {
   const out: ElementCount[] = [];
   const doc = JSON.parse(json) as { nftables?: unknown[] };
   for (const item of doc.nftables ?? []) {
-    const map = (item as { map?: { family?: string; name?: string; elem?: unknown[] } }).map;
+    const map = (item as {
+      map?: { family?: string; name?: string; type?: unknown; elem?: unknown[] };
+    }).map;
     if (map === undefined) continue;
+    const types = Array.isArray(map.type) ? map.type : [map.type];
     for (const entry of map.elem ?? []) {
       // A map element is [key, verdict]; the key is wrapped in {elem: {val, comment, counter}}.
       const key = Array.isArray(entry) ? entry[0] : entry;
@@ -81,13 +89,23 @@ export function parseElementCounts(json: string): ElementCount[] {
       out.push({
         family: map.family ?? "",
         map: map.name ?? "",
-        key: JSON.stringify(elem?.val),
+        key: keyText(elem?.val, types),
         comment,
         packets,
       });
     }
   }
   return out;
+}
+
+/** An element's key (`{concat: [...]}` or one value) as text, protocols (`inet_proto`) by name. */
+function keyText(val: unknown, types: readonly unknown[]): string {
+  const parts = (val as { concat?: unknown[] } | undefined)?.concat ?? [val];
+  return parts.map((part, i) =>
+    typeof part === "string" || typeof part === "number"
+      ? (types[i] === "inet_proto" ? protocolName(part) : String(part))
+      : JSON.stringify(part)
+  ).join(" . ");
 }
 
 /**

@@ -70,18 +70,47 @@ Deno.test("parseElementCounts() reads each commented element's packets from nft'
     {
       family: "ip",
       map: "service-ips",
-      key: '{"concat":["10.96.0.10","tcp",80]}',
+      key: "10.96.0.10 . tcp . 80",
       comment: "default/web:http",
       packets: 7,
     },
     {
       family: "ip",
       map: "service-ips",
-      key: '{"concat":["10.96.0.11","udp",53]}',
+      key: "10.96.0.11 . udp . 53",
       comment: "kube-system/dns",
       packets: 2,
     },
   ]);
+});
+
+/** Counted elements of both dispatch maps and families, as one nft release listed them. */
+function fixtureCounts(release: string): ElementCount[] {
+  const fixtures = new URL(`../../tests/fixtures/nft/${release}/`, import.meta.url);
+  return ["ip", "ip6"].flatMap((family) =>
+    ["service-ips", "service-nodeports"].flatMap((map) =>
+      parseElementCounts(
+        Deno.readTextFileSync(new URL(`list-map-${family}-${map}.json`, fixtures)),
+      )
+    )
+  );
+}
+
+Deno.test("parseElementCounts() reads nft 1.0.6's and 1.1.3's JSON (protocol numbers) alike", () => {
+  const old = fixtureCounts("1.0.6");
+  assert.deepEqual(fixtureCounts("1.1.3"), old);
+  assert.deepEqual(fixtureCounts("1.1.3-protocols"), old);
+  const counted = old.filter((e) => e.packets > 0).map((e) =>
+    `${e.family} ${e.map} ${e.key} ${e.comment} ${e.packets}`
+  );
+  assert.deepEqual(counted, [
+    "ip service-ips 10.96.0.10 . tcp . 80 default/web:http 3",
+    "ip service-ips 10.96.0.19 . tcp . 80 default/sticky:http 1",
+    "ip service-ips 10.96.0.10 . udp . 80 default/web:echo 1",
+    "ip service-nodeports tcp . 30080 default/node-port:http 2",
+    "ip6 service-ips fd00:10:96::10 . tcp . 80 default/web:http 2",
+  ]);
+  assert.equal(old.length, 29);
 });
 
 Deno.test("parsePortComment() splits namespace/name:port and accepts unnamed ports", () => {

@@ -5,19 +5,22 @@
  *
  * The two spellings differ in small ways (nft prints `priority dstnat - 10` for `-110`,
  * `0x00000000` for `0`, `tcp dport` for a DNAT map's `th dport`, counters with their values,
- * compressed IPv6 addresses, `timeout 3h` for `10800s`). Every set header, rule and element
- * therefore carries a normalised form (`same`) used only for comparison, next to its original
- * text (used to write commands). Pure: no I/O.
+ * compressed IPv6 addresses, `timeout 3h` for `10800s`, and protocols as numbers — `6` for
+ * `tcp` in elements and rules — wherever it cannot read `/etc/protocols`, as in Debian 13's
+ * minimal root). Every set header, rule and element therefore carries a normalised form
+ * (`same`) used only for comparison, next to its original text (used to write commands); an
+ * element's key is written with protocol names whoever printed it. Pure: no I/O.
  *
  * @module
  */
 import { parseAddress } from "../model/ip.ts";
+import { protocolName } from "../model/ip_protocol.ts";
 
 /** One set or map element. */
 export interface ElementImage {
   /** The element's key, normalised: what `delete element` names and comparisons use. */
   readonly key: string;
-  /** The key as written (valid in a `delete element` command). */
+  /** The key as written, protocols by name (valid in a `delete element` command). */
   readonly keyText: string;
   /** The whole element as written (valid in an `add element` command). */
   readonly text: string;
@@ -35,9 +38,23 @@ export interface SetImage {
   readonly same: string;
   /** Filled by the packet path (`flags dynamic`): its elements are the kernel's, not ours. */
   readonly dynamic: boolean;
+  /** Where its elements hold an IP protocol (read from its `type` or `typeof`). */
+  readonly protocols: ProtocolFields;
   /** Elements by normalised key, in the order written. */
   readonly elements: Map<string, ElementImage>;
 }
+
+/**
+ * Positions, in an element's key and value concatenations (`a . b . c`, counted from 0), of
+ * the components that are IP protocols.
+ */
+export interface ProtocolFields {
+  readonly key: readonly number[];
+  readonly value: readonly number[];
+}
+
+/** A set without protocol components. */
+const NO_PROTOCOLS: ProtocolFields = { key: [], value: [] };
 
 /** One rule. */
 export interface RuleImage {
@@ -158,7 +175,7 @@ function playCommand(
     const set = table.sets.get(name) ?? fail(`elements for unknown set ${name}`);
     const body = between(rest, "{", "}") ?? fail(`elements of ${name} without braces`);
     for (const text of splitElements(body)) {
-      const element = elementImage(text);
+      const element = elementImage(text, set.protocols);
       if (verb === "add") {
         if (!set.elements.has(element.key)) set.elements.set(element.key, element);
       } else set.elements.delete(element.key);
@@ -230,7 +247,7 @@ function listedSet(kind: "set" | "map", name: string, body: readonly string[]): 
   if (elementsAt >= 0) {
     const list = between(body[elementsAt], "{", "}") ?? "";
     for (const text of splitElements(list)) {
-      const element = elementImage(text);
+      const element = elementImage(text, set.protocols);
       set.elements.set(element.key, element);
     }
   }
@@ -267,8 +284,33 @@ function newSet(kind: "set" | "map", name: string, parts: readonly string[]): Se
     spec: clauses.map((c) => `${c};`).join(" "),
     same: `${kind} ${normal.join("; ")}`,
     dynamic: clauses.some((c) => /^flags .*\bdynamic\b/.test(c)),
+    protocols: protocolFields(clauses),
     elements: new Map(),
   };
+}
+
+/** Datatypes (`type`) and expressions (`typeof`) whose values are IP protocols. */
+const PROTOCOL_FIELD =
+  /^(?:inet_proto|meta l4proto|ip protocol|ip6 nexthdr|ct(?: original| reply)? protocol)$/;
+
+/** Where a set's elements hold protocols, from its `type …` or `typeof …` clause. */
+function protocolFields(clauses: readonly string[]): ProtocolFields {
+  const definition = clauses.find((c) => /^type(?:of)? /.test(c));
+  if (definition === undefined) return NO_PROTOCOLS;
+  const [key, value = ""] = definition.replace(/^type(?:of)? /, "").split(" : ");
+  const at = (side: string) =>
+    side.split(" . ").flatMap((field, i) => PROTOCOL_FIELD.test(field.trim()) ? [i] : []);
+  return { key: at(key), value: at(value) };
+}
+
+/** A concatenation with its protocol components (at `positions`) by name. */
+function withProtocolNames(concatenation: string, positions: readonly number[]): string {
+  if (positions.length === 0) return concatenation;
+  const parts = concatenation.split(" . ");
+  for (const i of positions) {
+    if (i < parts.length) parts[i] = protocolName(parts[i].trim());
+  }
+  return parts.join(" . ");
 }
 
 function normalSetClause(clause: string): string {
@@ -323,8 +365,18 @@ function seconds(text: string): string {
   return String(total);
 }
 
+/** Expressions whose right-hand side is an IP protocol, and that side (a value or a set). */
+const PROTOCOL_MATCH =
+  /\b(meta l4proto|ip protocol|ip6 nexthdr|ct(?: original| reply)? protocol) ((?:!= )?)(\{[^}]*\}|\d+)(?=[\s;]|$)/g;
+
 function ruleImage(text: string): RuleImage {
   let same = text
+    // Protocols by name: nft prints `meta l4proto 6` without /etc/protocols.
+    .replace(
+      PROTOCOL_MATCH,
+      (_, expression, not, value: string) =>
+        `${expression} ${not}${value.replace(/\b\d+\b/g, (n) => protocolName(n))}`,
+    )
     // A mask of leading ones prints as a prefix: `meta mark & 0x80000000 == 0` is listed as
     // `meta mark 0x00000000/1`.
     .replace(/ (!= )?(0x[0-9a-f]+)\/(\d+)\b/g, (_, not, value, bits) => {
@@ -364,9 +416,10 @@ export function splitElements(list: string): string[] {
 
 /**
  * One element as written by a script (`key comment "…" : value`) or listed by nft
- * (`key counter packets 1 bytes 60 expires 2h comment "…" : value`).
+ * (`key counter packets 1 bytes 60 expires 2h comment "…" : value`), of a set whose elements
+ * hold protocols at `protocols` (default: nowhere).
  */
-export function elementImage(text: string): ElementImage {
+export function elementImage(text: string, protocols: ProtocolFields = NO_PROTOCOLS): ElementImage {
   let comment = "";
   let unquoted = "";
   // Take the comment out first: it may hold " : " and keywords.
@@ -379,13 +432,16 @@ export function elementImage(text: string): ElementImage {
   const colon = unquoted.indexOf(" : ");
   const left = colon < 0 ? unquoted : unquoted.slice(0, colon);
   const value = colon < 0 ? "" : unquoted.slice(colon + 3).trim();
-  const keyText = left
-    .replace(/ counter(?: packets \d+ bytes \d+)?/, "")
-    .replace(/ (?:timeout|expires) \S+/g, "")
-    .trim();
+  const keyText = withProtocolNames(
+    left
+      .replace(/ counter(?: packets \d+ bytes \d+)?/, "")
+      .replace(/ (?:timeout|expires) \S+/g, "")
+      .trim(),
+    protocols.key,
+  );
   const key = normalTokens(keyText);
   const same = `${key}${comment === "" ? "" : ` comment "${comment}"`}` +
-    (value === "" ? "" : ` : ${normalTokens(value)}`);
+    (value === "" ? "" : ` : ${normalTokens(withProtocolNames(value, protocols.value))}`);
   return { key, keyText, text, same };
 }
 

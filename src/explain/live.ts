@@ -27,12 +27,13 @@ export const MAX_SHOWN = 20;
 
 /**
  * The part of `diff` (kernel → wanted) that concerns the packet of `query`, whose explanation
- * is `explanation`.
+ * is `explanation` (its entry into the node and chain path). The diff's element commands name
+ * protocols as our scripts do (`tcp`), whether or not the node's nft printed numbers.
  */
 export function kernelAgreement(
   diff: DryRunDiff,
   query: PacketQuery,
-  explanation: Explanation,
+  explanation: Pick<Explanation, "toNode" | "path">,
 ): KernelAgreement {
   const { address, protocol, port } = query.to;
   const keys = [`${address} . ${protocol} . ${port}`];

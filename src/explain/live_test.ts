@@ -2,10 +2,11 @@ import assert from "node:assert/strict";
 import { endpointSlice, node, service, serviceCIDR } from "../../tests/fixtures/objects.ts";
 import { stringify } from "../../tests/e2e/yaml.ts";
 import { diffTables } from "../dryrun/table_diff.ts";
-import { tablesFromScript } from "../dryrun/table_image.ts";
+import { tablesFromListing, tablesFromScript } from "../dryrun/table_image.ts";
 import type { Source, SourceHandler } from "../source/events.ts";
 import { DEFAULT_CONFIG } from "../config/config.ts";
 import { explainCommand, explainInputFromSource } from "./command.ts";
+import { kernelAgreement } from "./live.ts";
 
 function cluster(webEndpoints: string[]): string {
   return stringify([
@@ -81,6 +82,31 @@ Deno.test("explain --live tells a packet the difference does not concern that it
     text,
     /^kernel: +the live rules agree for this packet \(\d+ commands would change others; see --dry-run\)$/m,
   );
+});
+
+Deno.test("kernelAgreement() finds a packet's differences in what nft 1.0.6 and 1.1.3 list", () => {
+  const fixtures = new URL("../../tests/fixtures/nft/", import.meta.url);
+  const read = (path: string) => Deno.readTextFileSync(new URL(path, fixtures));
+  for (const release of ["1.0.6", "1.1.3"]) {
+    const kernel = tablesFromListing(
+      read(`${release}/list-table-ip.nft`) + read(`${release}/list-table-ip6.nft`),
+    );
+    // The proxy no longer wants the SCTP service's entry point; the kernel still has it.
+    const wanted = tablesFromScript(read("semantics-cluster.nft"));
+    wanted.get("ip kube-nftproxy")!.sets.get("service-ips")!.elements.delete(
+      "10.96.0.30 . sctp . 90",
+    );
+    const diff = diffTables(kernel, wanted);
+    const agreement = (address: string, protocol: "tcp" | "sctp", port: number) =>
+      kernelAgreement(diff, { from: "192.168.77.2", to: { address, protocol, port } }, {
+        toNode: false,
+        path: ["nat-prerouting", "services"],
+      });
+    assert.deepEqual(agreement("10.96.0.30", "sctp", 90).differences, [
+      "delete element ip kube-nftproxy service-ips { 10.96.0.30 . sctp . 90 }",
+    ], release);
+    assert.equal(agreement("10.96.0.10", "tcp", 80).packetMatches, true, release);
+  }
 });
 
 Deno.test("explainInputFromSource() gives up, stopping the source, when the cluster is not listed in time", async () => {

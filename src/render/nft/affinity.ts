@@ -9,6 +9,7 @@
  * @module
  */
 import { NAMES } from "./names.ts";
+import { protocolName } from "../../model/ip_protocol.ts";
 import { Transaction } from "./transaction.ts";
 
 /** One entry of the affinity map: `client . entry . proto . port` → `endpoint . port`. */
@@ -20,7 +21,10 @@ export interface AffinityEntry {
   readonly endpoint: string;
 }
 
-/** Parses `nft -j list map ip TABLE affinity` output. */
+/**
+ * Parses `nft -j list map ip TABLE affinity` output. The protocol is named as the planner names
+ * it (`tcp`) even where nft prints its number (`6`, without /etc/protocols).
+ */
 export function parseAffinityListing(json: string): AffinityEntry[] {
   const doc = JSON.parse(json) as { nftables?: unknown[] };
   const entries: AffinityEntry[] = [];
@@ -29,6 +33,7 @@ export function parseAffinityListing(json: string): AffinityEntry[] {
     for (const pair of elems) {
       if (!Array.isArray(pair) || pair.length !== 2) continue;
       const key = concat(unwrap(pair[0]));
+      if (key.length === 4) key[2] = protocolName(key[2]);
       const value = concat(unwrap(pair[1]));
       if (key.length !== 4 || value.length !== 2) continue;
       entries.push({
