@@ -17,14 +17,10 @@ import { cidrContains, parseAddress } from "../model/ip.ts";
 import type { NodeInfo } from "../model/node.ts";
 import { familyOf, formatServicePortName, type ServicePort } from "../model/service_port.ts";
 import { NAMES } from "../render/nft/names.ts";
-import { nftRenderOptions } from "../render/nft/options.ts";
-import {
-  ELEMENT_SEPARATOR,
-  type Fragment,
-  type NftRenderOptions,
-  renderServicePort,
-} from "../render/nft/ruleset.ts";
-import type { NftFamily } from "../render/nft/transaction.ts";
+import { ELEMENT_SEPARATOR, type Fragment } from "../render/nft/fragment.ts";
+import { type NftRenderOptions, nftRenderOptions } from "../render/nft/options.ts";
+import { renderServicePort } from "../render/nft/service_fragment.ts";
+import { nftFamilyOf } from "../render/nft/transaction.ts";
 
 /** What an explanation is computed from: the proxy's state and configuration. */
 export interface ExplainInput {
@@ -117,12 +113,11 @@ export function explainPacket(input: ExplainInput, query: PacketQuery): Explanat
   if (familyOf(from) !== familyOf(to.address)) {
     throw new Error(`source ${from} and destination ${to.address} are of different IP families`);
   }
-  const family: NftFamily = familyOf(to.address) === "IPv4" ? "ip" : "ip6";
   const options = nftRenderOptions(input.config, {
     node: input.node,
     serviceCIDRs: input.serviceCIDRs,
     localAddresses: input.localAddresses,
-  }, family);
+  }, nftFamilyOf(familyOf(to.address)));
   return new Walk(input, options, buildIndex(input, options), query).run();
 }
 

@@ -23,7 +23,7 @@ import {
   ConntrackError,
 } from "../apply/conntrack.ts";
 import type { Logger } from "../log.ts";
-import type { Planner } from "../render/nft/planner.ts";
+import type { Planner } from "../render/planner.ts";
 import { healthHandler, healthTimeoutMs, ProxyHealth, serveHealth } from "../server/health.ts";
 import {
   healthCheckBindIPs,
