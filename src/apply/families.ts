@@ -50,3 +50,9 @@ export async function probeFamilies<F extends string>(
   }
   return { usable, refused };
 }
+
+/** The warning for a family left out, naming it as the mode does (`ip6`, `IPv6`). */
+export function refusedWarning(family: string, reason: string): string {
+  return `this kernel refuses ${family} rules (${reason}): proxying IPv4 only; ` +
+    "IPv6 services get no rules on this node";
+}

@@ -15,11 +15,11 @@
  *
  * @module
  */
-import type { FamilySupport } from "../apply/families.ts";
 import type { Config, ProxyMode } from "../config/config.ts";
 import type { DryRunOutput } from "../dryrun/dry_run.ts";
 import type { Logger } from "../log.ts";
 import type { IPFamily } from "../model/service_port.ts";
+import type { KernelFamilies } from "../node/node_facts.ts";
 import type { Planner } from "../render/planner.ts";
 import type { ServiceConnectionsSource } from "../server/metrics.ts";
 
@@ -37,10 +37,10 @@ export interface Backend {
   /** The mode, as `--mode` spells it. */
   readonly mode: ProxyMode;
   /**
-   * Asks the kernel, changing nothing, which IP families this mode can program. Throws
-   * `NoIPv4Error` when IPv4 is refused (see `NodeFacts`).
+   * Asks the kernel, changing nothing, which IP families this mode can program, with a warning
+   * for each refused one. Throws `NoIPv4Error` when IPv4 is refused (see `readNodeFacts`).
    */
-  probeFamilies(): Promise<FamilySupport<IPFamily>>;
+  probeFamilies(): Promise<KernelFamilies>;
   /** Starts programming `families`: the planner and what works on what it plans. */
   proxier(families: readonly IPFamily[]): Promise<Proxier>;
   /**

@@ -8,11 +8,18 @@
  *
  * @module
  */
-import type { FamilySupport } from "../apply/families.ts";
 import type { IPFamily } from "../model/service_port.ts";
 
 /** Every family, in the usual order: what is programmed when the kernel cannot be asked. */
 export const ALL_FAMILIES: readonly IPFamily[] = ["IPv4", "IPv6"];
+
+/** What the kernel answered a back end's probe. */
+export interface KernelFamilies {
+  /** Families to program, IPv4 first. */
+  readonly usable: readonly IPFamily[];
+  /** One warning per family the kernel refused, in the back end's own words. */
+  readonly warnings: readonly string[];
+}
 
 /** This node's facts. */
 export interface NodeFacts {
@@ -25,7 +32,7 @@ export interface NodeFacts {
 /** Options of {@link readNodeFacts}. */
 export interface ReadNodeFactsOptions {
   /** Asks the kernel which families it takes (the back end's `probeFamilies`). */
-  readonly probe: () => Promise<FamilySupport<IPFamily>>;
+  readonly probe: () => Promise<KernelFamilies>;
   /** Receives one line per family the kernel refuses. */
   readonly warn: (line: string) => void;
   /**
@@ -51,9 +58,9 @@ export interface ReadNodeFactsOptions {
 export async function readNodeFacts(options: ReadNodeFactsOptions): Promise<NodeFacts> {
   let families: readonly IPFamily[];
   try {
-    const support = await options.probe();
-    support.refused.forEach((r) => options.warn(refusedWarning(r.family, r.reason)));
-    families = support.usable;
+    const answer = await options.probe();
+    answer.warnings.forEach((line) => options.warn(line));
+    families = answer.usable;
   } catch (err) {
     if (!options.allFamiliesOnError) throw err;
     families = ALL_FAMILIES;
@@ -71,10 +78,4 @@ export function localInterfaceAddresses(): string[] | undefined {
   } catch {
     return undefined;
   }
-}
-
-/** The warning for a family left out. */
-export function refusedWarning(family: string, reason: string): string {
-  return `this kernel refuses ${family} rules (${reason}): proxying IPv4 only; ` +
-    "IPv6 services get no rules on this node";
 }

@@ -17,6 +17,7 @@ import {
   readConntrackTCPLiberal,
 } from "../../apply/iptables.ts";
 import { iptablesRulesIntact } from "../../apply/iptables_watch.ts";
+import { refusedWarning } from "../../apply/families.ts";
 import type { Config } from "../../config/config.ts";
 import { IptablesPlanner } from "../../render/iptables/planner.ts";
 import type { Backend, BackendContext } from "../backend.ts";
@@ -34,7 +35,13 @@ export function createBackend(config: Config, context: BackendContext): Backend 
   });
   return {
     mode: "iptables",
-    probeFamilies: async () => iptablesFamilySupport({ backend: await applier.backend(), netns }),
+    probeFamilies: async () => {
+      const support = await iptablesFamilySupport({ backend: await applier.backend(), netns });
+      return {
+        usable: support.usable,
+        warnings: support.refused.map((r) => refusedWarning(r.family, r.reason)),
+      };
+    },
     proxier: async (families) => {
       const backend = await applier.backend();
       return {

@@ -11,6 +11,7 @@
  * @module
  */
 import { cleanStaleAffinity } from "../../apply/affinity.ts";
+import { refusedWarning } from "../../apply/families.ts";
 import {
   applyNft,
   deleteTables,
@@ -35,7 +36,7 @@ export function createBackend(config: Config, context: BackendContext): Backend 
       const support = await nftFamilySupport(table, nft);
       return {
         usable: support.usable.map(ipFamilyOf),
-        refused: support.refused.map((r) => ({ family: ipFamilyOf(r.family), reason: r.reason })),
+        warnings: support.refused.map((r) => refusedWarning(r.family, r.reason)),
       };
     },
     proxier: (families) => Promise.resolve(nftProxier(config, nft, families)),
