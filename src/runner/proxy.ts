@@ -17,11 +17,8 @@
  * @module
  */
 import type { Config } from "../config/config.ts";
-import {
-  type CleanupCommand,
-  ConntrackCleanupTracker,
-  ConntrackError,
-} from "../apply/conntrack.ts";
+import { ConntrackError } from "../apply/conntrack.ts";
+import { type CleanupCommand, ConntrackCleanupTracker } from "../apply/conntrack_plan.ts";
 import type { Logger } from "../log.ts";
 import type { Planner } from "../render/planner.ts";
 import { healthHandler, healthTimeoutMs, ProxyHealth, serveHealth } from "../server/health.ts";
