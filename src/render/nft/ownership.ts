@@ -76,7 +76,7 @@ export class Changes<T> {
 }
 
 /** Changes of one set's elements: per key, or per entry point in an endpoint map. */
-export type SetChanges =
+type SetChanges =
   | { readonly entries: false; readonly byId: Map<string, OwnerChanges<string>> }
   | { readonly entries: true; readonly byId: Map<string, OwnerChanges<EntryElements>> };
 
@@ -126,7 +126,7 @@ export class ElementChanges {
   }
 }
 
-export function indexOf<T>(indexes: Map<string, OwnedIndex<T>>, set: string): OwnedIndex<T> {
+function indexOf<T>(indexes: Map<string, OwnedIndex<T>>, set: string): OwnedIndex<T> {
   let index = indexes.get(set);
   if (index === undefined) indexes.set(set, index = new OwnedIndex());
   return index;
@@ -145,6 +145,7 @@ export function inForce(owners: readonly EntryElements[]): readonly string[] {
   return lines;
 }
 
+/** Two chains' rules (or any two string lists) are the same, in order. */
 export function sameRules(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((r, i) => r === b[i]);
 }
@@ -155,6 +156,7 @@ function sameSet(a: SetDef, b: SetDef): boolean {
     a.size === b.size && a.dynamic === b.dynamic && a.comment === b.comment;
 }
 
+/** Two renders of a service port are the same: a partial plan then leaves it alone. */
 export function sameFragment(a: Fragment | null, b: Fragment | null): boolean {
   if (a === null || b === null) return a === b;
   if (a.elements.length !== b.elements.length || a.chains.size !== b.chains.size) return false;
