@@ -27,7 +27,7 @@ import { Command } from "@commander-js/extra-typings";
 import { applyIptables, type IptablesBackend } from "../src/apply/iptables.ts";
 import { applyNft } from "../src/apply/nft.ts";
 import { IptablesPlanner } from "../src/render/iptables/planner.ts";
-import type { Planner } from "../src/render/nft/planner.ts";
+import type { Planner } from "../src/render/planner.ts";
 import { NftPlanner } from "../src/render/nft/planner.ts";
 import type { ObjectEvent, RawObject } from "../src/source/events.ts";
 import type { ProxyState } from "../src/tracker/proxy_state.ts";

@@ -9,18 +9,20 @@ import assert from "node:assert/strict";
 import type { Endpoint } from "../model/endpoint.ts";
 import type { ServicePort } from "../model/service_port.ts";
 import {
-  type CleanupCommand,
   commandMatches,
-  conntrackArgs,
-  ConntrackCleanupTracker,
   conntrackCommandLine,
   ConntrackError,
-  type ConntrackService,
-  conntrackServices,
   parseUdpFlows,
-  planConntrackCleanup,
   runConntrackCleanup,
 } from "./conntrack.ts";
+import {
+  type CleanupCommand,
+  conntrackArgs,
+  ConntrackCleanupTracker,
+  type ConntrackService,
+  conntrackServices,
+  planConntrackCleanup,
+} from "./conntrack_plan.ts";
 
 const SVC = "10.96.0.10";
 const SVC6 = "fd00:10:96::10";

@@ -1,5 +1,7 @@
 /**
- * Which IP families this node's kernel lets the proxy program. A host booted with
+ * Probing which IP families this node's kernel lets the proxy program (each mode's probe, built on
+ * {@link probeFamilies}, lives beside its runner: `nftFamilySupport` in nft.ts,
+ * `iptablesFamilySupport` in iptables.ts). A host booted with
  * `ipv6.disable=1`, or a kernel built without IPv6 NAT, refuses every `ip6` table (or
  * `ip6tables` nat table); since a sync is one transaction, one refused family would fail every
  * sync and leave IPv4 services unprogrammed too. Asked once at start-up, like upstream
@@ -9,10 +11,6 @@
  *
  * @module
  */
-import type { IPFamily } from "../model/service_port.ts";
-import type { NftFamily } from "../render/nft/transaction.ts";
-import { checkNft, type NftRunnerOptions } from "./nft.ts";
-import { iptablesProgram, type IptablesRunnerOptions, runIptables } from "./iptables.ts";
 
 /** What the kernel accepts, per family. */
 export interface FamilySupport<F extends string> {
@@ -31,43 +29,10 @@ export class NoIPv4Error extends Error {
 }
 
 /**
- * Probes the nft `ip` and `ip6` families with a check-only transaction naming `table`-probe.
- * Throws {@link NoIPv4Error} when `ip` is refused.
+ * Asks the kernel about each family in turn with `check` (which throws the kernel's answer
+ * when it refuses one). Throws {@link NoIPv4Error} when the first family (IPv4) is refused.
  */
-export async function nftFamilySupport(
-  table: string,
-  options: NftRunnerOptions = {},
-): Promise<FamilySupport<NftFamily>> {
-  return await probe<NftFamily>(["ip", "ip6"], async (family) => {
-    const probe = `${family} ${table}-probe`;
-    await checkNft(
-      `add table ${probe}\n` +
-        `add chain ${probe} nat { type nat hook prerouting priority dstnat; policy accept; }\n` +
-        `add chain ${probe} filter { type filter hook forward priority -110; policy accept; }\n`,
-      options,
-    );
-  });
-}
-
-/**
- * Probes `iptables-save -t nat` and `-t mangle` (the canary's table) of each family with the
- * back end (read-only). Throws {@link NoIPv4Error} when IPv4 is refused.
- */
-export async function iptablesFamilySupport(
-  options: IptablesRunnerOptions = {},
-): Promise<FamilySupport<IPFamily>> {
-  return await probe<IPFamily>(["IPv4", "IPv6"], async (family) => {
-    const program = iptablesProgram("save", family, options.backend ?? "nft");
-    for (const table of ["nat", "mangle"]) {
-      const out = await runIptables([program, "-t", table], { ...options, timeoutMs: 10_000 });
-      if (out.code !== 0) {
-        throw new Error(out.stderr.trim() || `${program} -t ${table} exited with ${out.code}`);
-      }
-    }
-  });
-}
-
-async function probe<F extends string>(
+export async function probeFamilies<F extends string>(
   families: readonly F[],
   check: (family: F) => Promise<void>,
 ): Promise<FamilySupport<F>> {
@@ -86,7 +51,7 @@ async function probe<F extends string>(
   return { usable, refused };
 }
 
-/** The warning for a family left out. */
+/** The warning for a family left out, naming it as the mode does (`ip6`, `IPv6`). */
 export function refusedWarning(family: string, reason: string): string {
   return `this kernel refuses ${family} rules (${reason}): proxying IPv4 only; ` +
     "IPv6 services get no rules on this node";

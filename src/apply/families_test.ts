@@ -6,8 +6,9 @@ import {
   shortId,
 } from "../../tests/netns/netns.ts";
 import { writeNftWithoutIPv6 } from "../../tests/fixtures/nft_without_ipv6.ts";
-import { iptablesFamilySupport, nftFamilySupport, NoIPv4Error } from "./families.ts";
-import { runNft } from "./nft.ts";
+import { NoIPv4Error } from "./families.ts";
+import { iptablesFamilySupport } from "./iptables.ts";
+import { nftFamilySupport, runNft } from "./nft.ts";
 
 const gate = await netnsTestGate();
 

@@ -1,8 +1,8 @@
 /**
  * Running iptables: applying the iptables planner's scripts with `iptables-restore --noflush`
  * / `ip6tables-restore --noflush`, choosing the back end (iptables-nft or iptables-legacy) like
- * upstream's image does, removing everything this proxy created, and switching between the nft
- * and iptables modes at start-up.
+ * upstream's image does, asking the kernel which families it takes, and removing everything this
+ * proxy created.
  *
  * Scripts always go through stdin, never through a shell or a command line. Every program runs
  * with a time limit. A refused section raises {@link IptablesApplyError} with the failing line;
@@ -17,7 +17,6 @@
  *
  * @module
  */
-import type { ProxyMode } from "../config/config.ts";
 import type { IPFamily } from "../model/service_port.ts";
 import {
   cleanupScript,
@@ -26,7 +25,7 @@ import {
   type SavedTables,
 } from "../render/iptables/reconcile.ts";
 import { splitSections } from "../render/iptables/script.ts";
-import { deleteTables, type NftRunnerOptions } from "./nft.ts";
+import { type FamilySupport, probeFamilies } from "./families.ts";
 import { type ProgramResult, runProgram } from "./program.ts";
 
 /** Which iptables implementation programs the kernel. */
@@ -311,6 +310,24 @@ export async function detectBackend(
 }
 
 /**
+ * Probes `iptables-save -t nat` and `-t mangle` (the canary's table) of each family with the
+ * back end (read-only). Throws {@link NoIPv4Error} when IPv4 is refused.
+ */
+export async function iptablesFamilySupport(
+  options: IptablesRunnerOptions = {},
+): Promise<FamilySupport<IPFamily>> {
+  return await probeFamilies<IPFamily>(["IPv4", "IPv6"], async (family) => {
+    const program = iptablesProgram("save", family, options.backend ?? "nft");
+    for (const table of ["nat", "mangle"]) {
+      const out = await runIptables([program, "-t", table], { ...options, timeoutMs: 10_000 });
+      if (out.code !== 0) {
+        throw new Error(out.stderr.trim() || `${program} -t ${table} exited with ${out.code}`);
+      }
+    }
+  });
+}
+
+/**
  * Removes our jump rules and KUBE-* chains from both families of the given back ends (default
  * both), leaving every other rule and chain as it was. A family whose save fails (its program
  * missing) is skipped.
@@ -368,68 +385,6 @@ export class IptablesApplier {
     if (script === "") return;
     await applyIptables(script, { ...this.#options, backend: await this.backend() });
   }
-
-  /** Removes everything this proxy created in the back end in use. */
-  async cleanup(): Promise<void> {
-    await cleanupIptables({ ...this.#options, backends: [await this.backend()] });
-  }
-}
-
-/** Options of {@link removeOtherMode}. */
-export interface RemoveOtherModeOptions {
-  /** The nft table name (`Config.tableName`). */
-  tableName: string;
-  /** Run inside this network namespace; for tests. */
-  netns?: string;
-  /** The nft binary (see `NftRunnerOptions`). */
-  nftPath?: string;
-}
-
-/**
- * Removes the rules of the mode the proxy is NOT running in: in iptables mode our nft tables
- * (`ip`/`ip6` tableName), in nft mode our iptables jump rules and KUBE-* chains of both back
- * ends. Call it once after the first successful sync (see {@link afterFirstApply}), so the new
- * mode's rules are in place before the old ones go.
- */
-export async function removeOtherMode(
-  mode: ProxyMode,
-  options: RemoveOtherModeOptions,
-): Promise<void> {
-  if (mode === "iptables") {
-    const nft: NftRunnerOptions = { netns: options.netns, nftPath: options.nftPath };
-    await deleteTables(options.tableName, nft);
-  } else {
-    await cleanupIptables({ netns: options.netns });
-  }
-}
-
-/**
- * Wraps an apply function so that `then` runs once, right after the first successful apply
- * (an empty script counts: the kernel already holds our rules). A failing `then` is reported
- * to `onError` and not retried; the sync itself has succeeded.
- *
- * @example
- * ```ts
- * apply: afterFirstApply((s) => applier.apply(s), () =>
- *   removeOtherMode("iptables", { tableName: config.tableName }), (e) => log.warn(`${e}`)),
- * ```
- */
-export function afterFirstApply(
-  apply: (script: string) => Promise<void>,
-  then: () => Promise<void>,
-  onError: (err: unknown) => void = () => {},
-): (script: string) => Promise<void> {
-  let done = false;
-  return async (script) => {
-    await apply(script);
-    if (done) return;
-    done = true;
-    try {
-      await then();
-    } catch (err) {
-      onError(err);
-    }
-  };
 }
 
 /** Whether the kernel's `nf_conntrack_tcp_be_liberal` is set (then no INVALID drop rule). */

@@ -2,19 +2,14 @@ import assert from "node:assert/strict";
 import { DEFAULT_CONFIG } from "../config/config.ts";
 import { ProxyState } from "../tracker/proxy_state.ts";
 import { IptablesPlanner } from "../render/iptables/planner.ts";
-import { NftPlanner } from "../render/nft/planner.ts";
 import { endpointSlice, node, service } from "../../tests/fixtures/objects.ts";
 import { BACKENDS, kernelGate, withIptablesScratch } from "../../tests/e2e/iptables_harness.ts";
-import { applyNft, runNft } from "./nft.ts";
 import {
-  afterFirstApply,
   applyIptables,
   chooseBackend,
-  cleanupIptables,
   detectBackend,
   IptablesApplyError,
   readConntrackTCPLiberal,
-  removeOtherMode,
   restoreSection,
   withWholeTableCache,
 } from "./iptables.ts";
@@ -41,7 +36,7 @@ function stateWith(names: string[]): ProxyState {
   return state;
 }
 
-function fullScript(planner: IptablesPlanner | NftPlanner, state: ProxyState): string {
+function fullScript(planner: IptablesPlanner, state: ProxyState): string {
   const plan = planner.plan(state, { full: true, changed: state.takeChanges().changed });
   plan.commit();
   return plan.script;
@@ -132,58 +127,6 @@ Deno.test({
       assert.equal(await detectBackend({ netns: k.ns }), "legacy");
     });
   },
-});
-
-Deno.test({
-  name: "removeOtherMode() removes nft tables in iptables mode and our iptables rules in nft mode",
-  ignore: kernelGate.ignore,
-  fn: async () => {
-    await withIptablesScratch(async (k) => {
-      const state = stateWith(["web"]);
-      await applyNft(fullScript(new NftPlanner(config), state), { netns: k.ns });
-      state.onEvent({
-        kind: "Service",
-        current: service({ name: "x", clusterIPs: ["10.96.0.99"] }),
-      });
-      await k.apply(fullScript(new IptablesPlanner(config), state), "nft");
-      await k.apply(fullScript(new IptablesPlanner(config), state), "legacy");
-
-      await removeOtherMode("iptables", { tableName: config.tableName, netns: k.ns });
-      const tables = (await runNft(["list", "tables"], { netns: k.ns })).stdout;
-      assert.ok(!tables.includes("kube-nftproxy"), tables);
-      assert.match(await k.saveText("IPv4", "nft"), /KUBE-SERVICES/, "iptables rules stay");
-
-      await removeOtherMode("nft", { tableName: config.tableName, netns: k.ns });
-      for (const backend of BACKENDS) {
-        for (const family of ["IPv4", "IPv6"] as const) {
-          const saved = await k.saveText(family, backend);
-          assert.ok(!saved.includes("KUBE-"), `${backend} ${family}:\n${saved}`);
-        }
-      }
-      await cleanupIptables({ netns: k.ns }); // nothing left: a no-op
-    });
-  },
-});
-
-Deno.test("afterFirstApply() runs its follow-up once, after the first successful apply", async () => {
-  const calls: string[] = [];
-  let fail = true;
-  const apply = afterFirstApply(
-    (script) => {
-      calls.push(`apply ${script}`);
-      return fail ? Promise.reject(new Error("refused")) : Promise.resolve();
-    },
-    () => {
-      calls.push("then");
-      return Promise.reject(new Error("cannot"));
-    },
-    (err) => calls.push(`error ${(err as Error).message}`),
-  );
-  await assert.rejects(apply("a"), /refused/);
-  fail = false;
-  await apply("b");
-  await apply("c");
-  assert.deepEqual(calls, ["apply a", "apply b", "then", "error cannot", "apply c"]);
 });
 
 Deno.test("readConntrackTCPLiberal() reads the sysctl, and false when it cannot", async () => {

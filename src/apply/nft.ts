@@ -1,6 +1,6 @@
 /**
  * Running `nft`: applying a script as one transaction, checking one, listing and deleting our
- * tables. Scripts go to nft whole — through a private temporary file for applying (so a proxy
+ * tables, asking the kernel which families it takes. Scripts go to nft whole — through a private temporary file for applying (so a proxy
  * killed mid-write can never hand nft half a script), through stdin for checks — never
  * through a shell or a command line.
  *
@@ -9,6 +9,8 @@
  *
  * @module
  */
+import type { NftFamily } from "../render/nft/transaction.ts";
+import { type FamilySupport, probeFamilies } from "./families.ts";
 import { runProgram } from "./program.ts";
 
 /** How `nft` is run. */
@@ -138,4 +140,23 @@ export async function deleteTables(
 
 function abbreviate(text: string): string {
   return text.length > 200 ? `${text.slice(0, 197)}...` : text;
+}
+
+/**
+ * Probes the nft `ip` and `ip6` families with a check-only transaction naming `table`-probe.
+ * Throws {@link NoIPv4Error} when `ip` is refused.
+ */
+export async function nftFamilySupport(
+  table: string,
+  options: NftRunnerOptions = {},
+): Promise<FamilySupport<NftFamily>> {
+  return await probeFamilies<NftFamily>(["ip", "ip6"], async (family) => {
+    const probe = `${family} ${table}-probe`;
+    await checkNft(
+      `add table ${probe}\n` +
+        `add chain ${probe} nat { type nat hook prerouting priority dstnat; policy accept; }\n` +
+        `add chain ${probe} filter { type filter hook forward priority -110; policy accept; }\n`,
+      options,
+    );
+  });
 }

@@ -1,6 +1,7 @@
 /**
- * The command line (DESIGN.md §5): flags, the `--config` file and the environment → one
+ * Parsing the command line (DESIGN.md §5): flags, the `--config` file and the environment → one
  * validated {@link Config} plus the one-shot actions (`--once`, `--dry-run`, `--cleanup`, …).
+ * The flags themselves are declared in flag_declarations.ts.
  *
  * Precedence is defaults < `--config` file < flags actually given. Upstream kube-proxy's flag
  * names are accepted with their meaning (`--proxy-mode`, `--cluster-cidr`, `-v`, …) and with
@@ -10,14 +11,13 @@
  *
  * @module
  */
-
-import { Command, CommanderError, Option } from "@commander-js/extra-typings";
+import { CommanderError } from "@commander-js/extra-typings";
 import { type Config, DEFAULT_CONFIG, type ProxyMode } from "./config.ts";
 import { ConfigError, invalidValue } from "./config_error.ts";
-import { formatGoDuration, parseGoDuration } from "./duration.ts";
+import { parseGoDuration } from "./duration.ts";
+import { declareFlags, type Flags } from "./flag_declarations.ts";
 import { parseKubeProxyConfiguration } from "./kubeproxy_config.ts";
 import {
-  appendPortIfNeeded,
   checkBindAddress,
   checkClusterCIDRs,
   checkConntrackCount,
@@ -29,12 +29,12 @@ import {
   checkTableName,
   DEFAULT_PORTS,
   describeField,
-  isUnspecifiedIP,
   normalizeHostname,
   parseUpstreamDetectLocalMode,
   parseUpstreamProxyMode,
   validateConfig,
 } from "./validation.ts";
+import { appendPortIfNeeded, isUnspecifiedIP } from "./address_syntax.ts";
 
 /** Re-exported for `--write-config-to`; defined in kubeproxy_config.ts. */
 export { toKubeProxyConfiguration } from "./kubeproxy_config.ts";
@@ -101,7 +101,7 @@ export async function parseCommandLine(
   argv: readonly string[],
   options: ParseCommandLineOptions = {},
 ): Promise<CommandLine> {
-  const program = buildProgram();
+  const program = declareFlags();
   try {
     program.parse([...argv], { from: "user" });
   } catch (error) {
@@ -181,265 +181,8 @@ export async function parseCommandLine(
  * ```
  */
 export function helpText(): string {
-  return buildProgram().helpInformation();
+  return declareFlags().helpInformation();
 }
-
-// ---------------------------------------------------------------------------------------------
-
-/** ` (default: …)` for a description, from the value in {@link DEFAULT_CONFIG}. */
-function byDefault(value: string | number | boolean): string {
-  return ` (default: ${value === "" ? '""' : value})`;
-}
-
-/** Collects repeated list flags, as pflag's string slices do: `--x a,b --x c` → "a,b", "c". */
-function collect(value: string, previous: string[] | undefined): string[] {
-  return [...(previous ?? []), value];
-}
-
-function buildProgram() {
-  const d = DEFAULT_CONFIG;
-  const booleanFlag = <F extends string>(flags: F, description: string) =>
-    new Option<`${F} [bool]`>(`${flags} [bool]`, `${description}${byDefault(false)}`);
-  const durationOption = <F extends string>(flags: F, description: string, defaultMs: number) =>
-    new Option<F>(flags, `${description}${byDefault(formatGoDuration(defaultMs))}`);
-  return new Command("kube-nftproxy")
-    .usage("[--mode=nft|iptables] [--config FILE] [flags]")
-    .description(
-      "A Kubernetes service proxy (kube-proxy replacement) programming nftables or iptables.\n" +
-        "Flags override the --config file, which overrides the defaults.",
-    )
-    .helpOption(false)
-    .exitOverride()
-    .configureOutput({ writeOut: () => {}, writeErr: () => {} })
-    .configureHelp({ helpWidth: 100 })
-    .allowExcessArguments(false)
-    .addOption(
-      new Option(
-        "--mode <mode>",
-        `backend: nft (native nftables) or iptables (classic KUBE-* chains)${byDefault(d.mode)}`,
-      ),
-    )
-    .addOption(
-      new Option(
-        "--config <path>",
-        "read a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1), or a ConfigMap " +
-          'holding one under data["config.conf"] as kubeadm writes it',
-      ),
-    )
-    .addOption(
-      new Option(
-        "--from-file <path>",
-        "take Nodes, ServiceCIDRs, Services and EndpointSlices from this YAML file instead " +
-          "of the API server",
-      ),
-    )
-    .addOption(booleanFlag("--once", "do one full sync, then exit"))
-    .addOption(
-      booleanFlag(
-        "--dry-run",
-        "apply nothing: read the kernel's tables (or iptables rules) and print the " +
-          "transaction that would bring them to the wanted state, then exit",
-      ),
-    )
-    .addOption(
-      new Option(
-        "--output <format>",
-        "how --dry-run prints: text (an nft script, or iptables-restore input) or json",
-      )
-        .choices(["text", "json"] as const),
-    )
-    .addOption(booleanFlag("--cleanup", "remove everything this proxy created, then exit"))
-    .addOption(
-      new Option(
-        "--table-name <name>",
-        `name of the nft tables (ip and ip6)${byDefault(d.tableName)}`,
-      ),
-    )
-    .addOption(
-      new Option(
-        "--iptables-backend <backend>",
-        "iptables mode: nft (iptables-nft), legacy (iptables-legacy) or auto, the one the " +
-          `node already uses${byDefault(d.iptablesBackend)}`,
-      ).choices(["auto", "nft", "legacy"] as const),
-    )
-    .addOption(
-      new Option(
-        "--proxy-mode <mode>",
-        'upstream spelling of --mode: nftables, iptables or "" (ipvs is not supported)',
-      ),
-    )
-    .addOption(
-      new Option(
-        "--kubeconfig <path>",
-        "kubeconfig file for the API server; empty means in-cluster config (or --master)",
-      ),
-    )
-    .addOption(new Option("--master <url>", "API server URL, overriding the kubeconfig's"))
-    .addOption(
-      new Option(
-        "--hostname-override <name>",
-        "name of this node's Node object (node IPs, zone, pod CIDRs) " +
-          "(default: $NODE_NAME, else the host name, lowercased)",
-      ),
-    )
-    .addOption(
-      new Option(
-        "--bind-address <ip>",
-        "this node's primary IP; 0.0.0.0 or :: means take the IPs from the Node object " +
-          "(nothing binds to it; the name is historical) (default: 0.0.0.0)",
-      ),
-    )
-    .addOption(
-      new Option(
-        "--cluster-cidr <cidrs>",
-        "pod network CIDRs, comma-separated, at most one per IP family; with " +
-          "--detect-local-mode=ClusterCIDR, traffic from them is local (default: none)",
-      ),
-    )
-    .addOption(
-      new Option(
-        "--nodeport-addresses <cidrs>",
-        "CIDRs, comma-separated, whose node addresses accept NodePorts, or 'primary' for the " +
-          "Node's primary IPs (default: primary)",
-      ).argParser(collect),
-    )
-    .addOption(booleanFlag("--masquerade-all", "SNAT all traffic sent to service IPs"))
-    .addOption(
-      new Option(
-        "--iptables-masquerade-bit <bit>",
-        `bit (0-31) of the packet mark asking for SNAT, in both modes${byDefault(d.masqueradeBit)}`,
-      ),
-    )
-    .addOption(
-      durationOption(
-        "--nftables-sync-period <duration>",
-        `nft mode: longest time between full syncs, and the retry period`,
-        d.syncPeriodMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        "--nftables-min-sync-period <duration>",
-        `nft mode: shortest time between syncs`,
-        d.minSyncPeriodMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        "--iptables-sync-period <duration>",
-        `iptables mode: longest time between full syncs, and the retry period`,
-        d.syncPeriodMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        "--iptables-min-sync-period <duration>",
-        `iptables mode: shortest time between syncs`,
-        d.minSyncPeriodMs,
-      ),
-    )
-    .addOption(
-      new Option(
-        "--healthz-bind-address <ip:port>",
-        `address of /healthz and /livez; a bare IP gets port ${DEFAULT_PORTS.healthz}; "" ` +
-          `disables${byDefault(d.healthzBindAddress)}`,
-      ),
-    )
-    .addOption(
-      new Option(
-        "--metrics-bind-address <ip:port>",
-        `address of /metrics; a bare IP gets port ${DEFAULT_PORTS.metrics}; "" disables${
-          byDefault(d.metricsBindAddress)
-        }`,
-      ),
-    )
-    .addOption(
-      new Option(
-        "--detect-local-mode <mode>",
-        "how pod traffic is told from outside traffic: ClusterCIDR, NodeCIDR, " +
-          `BridgeInterface or InterfaceNamePrefix${byDefault(d.detectLocalMode)}`,
-      ),
-    )
-    .addOption(
-      new Option(
-        "--pod-bridge-interface <name>",
-        "with --detect-local-mode=BridgeInterface: traffic from this bridge is local",
-      ),
-    )
-    .addOption(
-      new Option(
-        "--pod-interface-name-prefix <prefix>",
-        "with --detect-local-mode=InterfaceNamePrefix: traffic from interfaces with this " +
-          "prefix is local",
-      ),
-    )
-    .addOption(
-      new Option(
-        "--conntrack-max-per-core <n>",
-        "conntrack entries per CPU: nf_conntrack_max is set to n × CPUs or to the " +
-          `conntrack minimum, whichever is larger; 0 leaves it alone${
-            byDefault(d.conntrackMaxPerCore)
-          }`,
-      ),
-    )
-    .addOption(
-      new Option(
-        "--conntrack-min <n>",
-        `smallest nf_conntrack_max to set${byDefault(d.conntrackMin)}`,
-      ),
-    )
-    .addOption(
-      durationOption(
-        "--conntrack-tcp-timeout-established <duration>",
-        "idle timeout of established TCP connections in conntrack; 0 leaves it alone",
-        d.conntrackTCPEstablishedTimeoutMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        "--conntrack-tcp-timeout-close-wait <duration>",
-        "conntrack timeout of TCP connections in CLOSE_WAIT; 0 leaves it alone",
-        d.conntrackTCPCloseWaitTimeoutMs,
-      ),
-    )
-    .addOption(
-      booleanFlag(
-        "--conntrack-tcp-be-liberal",
-        "set nf_conntrack_tcp_be_liberal: out-of-window TCP packets are not marked INVALID",
-      ),
-    )
-    .addOption(
-      durationOption(
-        "--conntrack-udp-timeout <duration>",
-        "conntrack timeout of unreplied UDP flows; 0 leaves it alone",
-        d.conntrackUDPTimeoutMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        "--conntrack-udp-timeout-stream <duration>",
-        "conntrack timeout of UDP flows that saw replies; 0 leaves it alone",
-        d.conntrackUDPStreamTimeoutMs,
-      ),
-    )
-    .addOption(
-      new Option(
-        "--write-config-to <path>",
-        "write the resulting configuration there as a KubeProxyConfiguration, then exit",
-      ),
-    )
-    .addOption(
-      booleanFlag(
-        "--cleanup-iptables",
-        "remove the iptables rules (KUBE-* chains) kube-proxy left behind, then exit",
-      ),
-    )
-    .addOption(new Option("-v, --v <level>", `log verbosity${byDefault(d.verbosity)}`))
-    .addOption(new Option("-h, --help", "show this help and exit"))
-    .addOption(new Option("--version", "print the version and exit"));
-}
-
-type Flags = ReturnType<ReturnType<typeof buildProgram>["opts"]>;
 
 /** A boolean flag's value: absent → false, bare → true, else pflag's ParseBool spellings. */
 function parseBooleanFlag(flag: string, value: string | true | undefined): boolean {

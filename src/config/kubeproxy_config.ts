@@ -2,6 +2,8 @@
  * kube-proxy's configuration file, `KubeProxyConfiguration` (`kubeproxy.config.k8s.io/v1alpha1`),
  * in both directions: the YAML text (or a kubeadm ConfigMap holding it) → the part of
  * {@link Config} the file sets, and a {@link Config} → YAML that kube-proxy and this parser read.
+ * What each field means for {@link Config} is decided here; reading the YAML strictly and typed
+ * is kubeproxy_yaml.ts's.
  *
  * The file follows upstream's schema and decoding rules, quirks included:
  * - unknown fields are refused, as upstream's strict decoding does; every upstream field this
@@ -19,13 +21,22 @@
  *
  * @module
  */
-
-import { dump, load } from "js-yaml";
+import { dump } from "js-yaml";
 import { type Config, DEFAULT_CONFIG, type ProxyMode } from "./config.ts";
 import { ConfigError, invalidValue } from "./config_error.ts";
-import { formatGoDuration, parseGoDuration } from "./duration.ts";
+import { formatGoDuration } from "./duration.ts";
 import {
-  appendPortIfNeeded,
+  configMapPayload,
+  Fields,
+  IGNORED_MAPPING_FIELDS,
+  isMapping,
+  KUBE_PROXY_API_VERSION,
+  KUBEADM_CONFIG_KEY,
+  loadYaml,
+  SECTION_FIELDS,
+  TOP_LEVEL_FIELDS,
+} from "./kubeproxy_yaml.ts";
+import {
   checkBindAddress,
   checkClusterCIDRs,
   checkConntrackCount,
@@ -37,18 +48,11 @@ import {
   checkSyncPeriod,
   checkVerbosity,
   DEFAULT_PORTS,
-  ipFamily,
-  isUnspecifiedIP,
   normalizeHostname,
   parseUpstreamDetectLocalMode,
   parseUpstreamProxyMode,
 } from "./validation.ts";
-
-/** The only `apiVersion` kube-proxy's configuration file has. */
-export const KUBE_PROXY_API_VERSION = "kubeproxy.config.k8s.io/v1alpha1";
-
-/** The ConfigMap key kubeadm stores the configuration under (`kube-system/kube-proxy`). */
-export const KUBEADM_CONFIG_KEY = "config.conf";
+import { appendPortIfNeeded, ipFamily, isUnspecifiedIP } from "./address_syntax.ts";
 
 /** Options of {@link parseKubeProxyConfiguration}. */
 export interface ParseKubeProxyConfigurationOptions {
@@ -191,217 +195,6 @@ export function toKubeProxyConfiguration(
   }
   const header = notes.map((note) => `# ${note}\n`).join("");
   return header + dump(document, { lineWidth: -1, noRefs: true, quoteStyle: "double" });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Decoding
-
-type Mapping = Record<string, unknown>;
-
-/** Every field of v1alpha1 `KubeProxyConfiguration`, used or not (strict decoding). */
-const TOP_LEVEL_FIELDS: ReadonlySet<string> = new Set([
-  "apiVersion",
-  "kind",
-  "featureGates",
-  "clientConnection",
-  "logging",
-  "hostnameOverride",
-  "bindAddress",
-  "healthzBindAddress",
-  "metricsBindAddress",
-  "bindAddressHardFail",
-  "enableProfiling",
-  "showHiddenMetricsForVersion",
-  "mode",
-  "iptables",
-  "ipvs",
-  "nftables",
-  "winkernel",
-  "detectLocalMode",
-  "detectLocal",
-  "clusterCIDR",
-  "nodePortAddresses",
-  "oomScoreAdj",
-  "conntrack",
-  "configSyncPeriod",
-  "portRange",
-  "windowsRunAsService",
-]);
-
-/** Fields of each section this proxy reads; sections it ignores are only checked to be maps. */
-const SECTION_FIELDS: Readonly<Record<string, ReadonlySet<string>>> = {
-  iptables: new Set([
-    "masqueradeBit",
-    "masqueradeAll",
-    "localhostNodePorts",
-    "snatNodeInternalIP",
-    "syncPeriod",
-    "minSyncPeriod",
-  ]),
-  nftables: new Set(["masqueradeBit", "masqueradeAll", "syncPeriod", "minSyncPeriod"]),
-  detectLocal: new Set(["bridgeInterface", "interfaceNamePrefix"]),
-  clientConnection: new Set(["kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"]),
-  logging: new Set(["format", "flushFrequency", "verbosity", "vmodule", "options"]),
-  conntrack: new Set([
-    "maxPerCore",
-    "min",
-    "tcpEstablishedTimeout",
-    "tcpCloseWaitTimeout",
-    "tcpBeLiberal",
-    "udpTimeout",
-    "udpStreamTimeout",
-  ]),
-};
-
-/** Ignored upstream fields that hold a map; anything but a map (or null) is a type error. */
-const IGNORED_MAPPING_FIELDS = ["featureGates", "ipvs", "winkernel"] as const;
-
-/** YAML 1.1 booleans, which Go's YAML reader (and so kube-proxy) accepts. */
-const YAML11_BOOLEANS: ReadonlyMap<string, boolean> = new Map(
-  [
-    ...["y", "Y", "yes", "Yes", "YES", "on", "On", "ON"].map((word) => [word, true] as const),
-    ...["n", "N", "no", "No", "NO", "off", "Off", "OFF"].map((word) => [word, false] as const),
-  ],
-);
-
-const DURATION_RULE = "must be a duration such as 30s, 1m0s or 500ms";
-
-function loadYaml(text: string, where: string): unknown {
-  // js-yaml refuses an empty stream; kube-proxy reads it as an empty object (then no kind).
-  if (text.split("\n").every((line) => /^\s*(#.*)?$/.test(line))) return null;
-  try {
-    return load(text);
-  } catch (error) {
-    const detail = error instanceof Error ? error.message.split("\n")[0] : String(error);
-    throw new ConfigError(`${where}: not valid YAML: ${detail}`, { cause: error });
-  }
-}
-
-function isMapping(value: unknown): value is Mapping {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-/** The `KubeProxyConfiguration` text inside a ConfigMap, as kubeadm lays it out. */
-function configMapPayload(configMap: Mapping, where: string): { text: string; where: string } {
-  const data = configMap.data;
-  if (!isMapping(data)) {
-    throw new ConfigError(
-      `${where}: ConfigMap has no data; ` +
-        `expected data["${KUBEADM_CONFIG_KEY}"] holding a KubeProxyConfiguration`,
-      { field: `${where}: data` },
-    );
-  }
-  const keys = Object.keys(data);
-  const key = KUBEADM_CONFIG_KEY in data ? KUBEADM_CONFIG_KEY : keys.length === 1 ? keys[0] : "";
-  if (key === "") {
-    throw new ConfigError(
-      `${where}: ConfigMap has no data["${KUBEADM_CONFIG_KEY}"] (keys: ${keys.join(", ")}); ` +
-        "expected the KubeProxyConfiguration under that key, as kubeadm writes it",
-      { field: `${where}: data` },
-    );
-  }
-  const text = data[key];
-  if (typeof text !== "string") {
-    throw invalidValue(`${where}: data["${key}"]`, text, { rule: "must be a string" });
-  }
-  return { text, where: `${where} (ConfigMap key ${key})` };
-}
-
-/** Typed access to one mapping of the document, naming fields by their path in errors. */
-class Fields {
-  constructor(
-    private readonly mapping: Mapping,
-    private readonly where: string,
-    private readonly prefix: string,
-  ) {}
-
-  /** `where: path.to.key`, the name of a field in messages. */
-  name(key: string): string {
-    return `${this.where}: ${this.prefix}${key}`;
-  }
-
-  /** Refuses keys outside `allowed`, as upstream's strict decoding does. */
-  rejectUnknown(allowed: ReadonlySet<string>): void {
-    for (const key of Object.keys(this.mapping)) {
-      if (!allowed.has(key)) {
-        throw new ConfigError(
-          `${this.where}: unknown field "${this.prefix}${key}" ` +
-            `(not part of ${KUBE_PROXY_API_VERSION} KubeProxyConfiguration)`,
-          { field: this.name(key) },
-        );
-      }
-    }
-  }
-
-  fail(key: string, rule: string, cause?: unknown): never {
-    throw invalidValue(this.name(key), this.mapping[key], { rule, cause });
-  }
-
-  /** A nested mapping; absent or null reads as empty. */
-  section(key: string): Fields {
-    const value = this.mapping[key];
-    if (value === undefined || value === null) {
-      return new Fields({}, this.where, `${this.prefix}${key}.`);
-    }
-    if (!isMapping(value)) this.fail(key, "must be a mapping");
-    return new Fields(value, this.where, `${this.prefix}${key}.`);
-  }
-
-  /** A string; absent or null reads as "". */
-  string(key: string): string {
-    const value = this.mapping[key];
-    if (value === undefined || value === null) return "";
-    if (typeof value !== "string") this.fail(key, "must be a string");
-    return value;
-  }
-
-  /** A boolean (YAML 1.1 words included); absent or null reads as false. */
-  boolean(key: string): boolean {
-    const value = this.mapping[key];
-    if (value === undefined || value === null) return false;
-    if (typeof value === "boolean") return value;
-    const word = typeof value === "string" ? YAML11_BOOLEANS.get(value) : undefined;
-    if (word === undefined) this.fail(key, "must be true or false");
-    return word;
-  }
-
-  /** A whole number; absent or null reads as undefined (a nil pointer upstream). */
-  integer(key: string): number | undefined {
-    const value = this.mapping[key];
-    if (value === undefined || value === null) return undefined;
-    if (typeof value !== "number" || !Number.isSafeInteger(value)) {
-      this.fail(key, "must be a whole number");
-    }
-    return value;
-  }
-
-  /** A list of strings; absent or null reads as []. */
-  strings(key: string): string[] {
-    const value = this.mapping[key];
-    if (value === undefined || value === null) return [];
-    if (!Array.isArray(value) || !value.every((item) => typeof item === "string")) {
-      this.fail(key, "must be a list of strings");
-    }
-    return value;
-  }
-
-  /** A Go duration string in ms for a pointer field: absent or null reads as undefined. */
-  optionalDuration(key: string): number | undefined {
-    const value = this.mapping[key];
-    return value === undefined || value === null ? undefined : this.duration(key);
-  }
-
-  /** A Go duration string in ms; absent reads as 0, null fails as it does upstream. */
-  duration(key: string): number {
-    const value = this.mapping[key];
-    if (value === undefined) return 0;
-    if (typeof value !== "string" && value !== null) this.fail(key, `${DURATION_RULE} (quoted)`);
-    try {
-      return parseGoDuration(value ?? "");
-    } catch (error) {
-      this.fail(key, `${DURATION_RULE} (${(error as Error).message})`, error);
-    }
-  }
 }
 
 function readKubeProxyConfiguration(

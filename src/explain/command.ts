@@ -33,7 +33,7 @@ export interface ExplainIO {
   /** Writes one line to standard error. */
   printError(line: string): void;
   /** The API server as a source (without `--from-file`). Absent: a cluster file is required. */
-  apiSource?(config: Config): Source;
+  apiSource?(config: Config): Source | Promise<Source>;
   /** Diffs the kernel's tables against a full-sync script (`--live`). */
   kernelDiff?(script: string): Promise<DryRunDiff>;
   /** This node's interface addresses (`--live`: CIDR `nodePortAddresses`, as the proxy sees). */
@@ -180,7 +180,7 @@ export async function explainCommand(args: readonly string[], io: ExplainIO): Pr
       });
       origin = config.fromFile;
     } else if (io.apiSource !== undefined) {
-      input = await explainInputFromSource(io.apiSource(config), config, { localAddresses });
+      input = await explainInputFromSource(await io.apiSource(config), config, { localAddresses });
       origin = "the cluster";
     } else {
       throw new Error("explain needs --from-file");

@@ -17,13 +17,10 @@
  * @module
  */
 import type { Config } from "../config/config.ts";
-import {
-  type CleanupCommand,
-  ConntrackCleanupTracker,
-  ConntrackError,
-} from "../apply/conntrack.ts";
+import { ConntrackError } from "../apply/conntrack.ts";
+import { type CleanupCommand, ConntrackCleanupTracker } from "../apply/conntrack_plan.ts";
 import type { Logger } from "../log.ts";
-import type { Planner } from "../render/nft/planner.ts";
+import type { Planner } from "../render/planner.ts";
 import { healthHandler, healthTimeoutMs, ProxyHealth, serveHealth } from "../server/health.ts";
 import {
   healthCheckBindIPs,
@@ -65,13 +62,17 @@ export interface ProxyParts {
    */
   readonly affinityCleanup?: () => Promise<number>;
   /**
-   * Checks that the kernel still holds our rules (e.g. {@link nftRulesIntact}); when it says no
-   * after a successful sync, the next sync recreates everything at once. Omitted: no check.
+   * Checks that the kernel still holds our rules (the back end's `Proxier.rulesIntact`); when it
+   * says no after a successful sync, the next sync recreates everything at once. Omitted: no
+   * check.
    */
   readonly rulesIntact?: () => Promise<boolean>;
   /** How often {@link rulesIntact} runs, in ms. Default 1000. */
   readonly rulesCheckIntervalMs?: number;
-  /** This node's interface addresses, read before each sync (CIDR `nodePortAddresses`). */
+  /**
+   * This node's interface addresses (`NodeFacts.localAddresses`), read before each sync (CIDR
+   * `nodePortAddresses`); the health-check ports bind with the same reading.
+   */
   readonly localAddresses?: () => readonly string[] | undefined;
   /**
    * The daemon's health state. Default: a new {@link ProxyHealth} with upstream's timeout

@@ -5,7 +5,8 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { type CleanupCommand, ConntrackError } from "../apply/conntrack.ts";
+import { ConntrackError } from "../apply/conntrack.ts";
+import { type CleanupCommand } from "../apply/conntrack_plan.ts";
 import { NftApplyError } from "../apply/nft.ts";
 import { type Config, DEFAULT_CONFIG } from "../config/config.ts";
 import { createLogger } from "../log.ts";

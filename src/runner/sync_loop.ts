@@ -10,7 +10,7 @@
  * @module
  */
 import type { Logger } from "../log.ts";
-import type { Planner } from "../render/nft/planner.ts";
+import type { Planner } from "../render/planner.ts";
 import type { ProxyState } from "../tracker/proxy_state.ts";
 import { type Clock, realClock } from "./clock.ts";
 

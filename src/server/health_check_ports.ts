@@ -88,7 +88,10 @@ export interface BindFacts {
   readonly nodeIPs: readonly string[];
   /** `bindAddress`, used as the primary IP when the Node has none; empty when unset. */
   readonly bindAddress?: string;
-  /** Addresses of this host's interfaces, or undefined when they cannot be read. */
+  /**
+   * Addresses of this host's interfaces (`NodeFacts.localAddresses`, as the sync read them), or
+   * undefined when they cannot be read.
+   */
   readonly localAddresses?: readonly string[];
 }
 
@@ -122,18 +125,6 @@ export function healthCheckBindIPs(facts: BindFacts): string[] {
   if (facts.localAddresses === undefined) return [ALL_ADDRESSES];
   const matching = facts.localAddresses.filter((ip) => cidrs.some((c) => cidrContains(c, ip)));
   return [...new Set(matching)].sort();
-}
-
-/**
- * The addresses of this host's interfaces (in the current network namespace), or undefined
- * when they cannot be read.
- */
-export function localInterfaceAddresses(): string[] | undefined {
-  try {
-    return Deno.networkInterfaces().map((i) => i.address.replace(/%.*$/, ""));
-  } catch {
-    return undefined;
-  }
 }
 
 /** What one health-check request reports. */

@@ -8,7 +8,7 @@
  * @module
  */
 import ipaddr from "ipaddr.js";
-import { splitHostPort } from "../config/validation.ts";
+import { splitHostPort } from "../config/address_syntax.ts";
 
 /** A server bound by {@link serveHttp}. */
 export interface HttpServer {

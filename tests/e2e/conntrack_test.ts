@@ -6,7 +6,8 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { planConntrackCleanup, runConntrackCleanup } from "../../src/apply/conntrack.ts";
+import { runConntrackCleanup } from "../../src/apply/conntrack.ts";
+import { planConntrackCleanup } from "../../src/apply/conntrack_plan.ts";
 import { listConntrack } from "../netns/conntrack.ts";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe, type ProbeResult, type Topology } from "../netns/topology.ts";

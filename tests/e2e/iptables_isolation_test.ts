@@ -7,7 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { DEFAULT_CONFIG } from "../../src/config/config.ts";
-import { cleanupIptables, removeOtherMode, restoreSection } from "../../src/apply/iptables.ts";
+import { cleanupIptables, restoreSection } from "../../src/apply/iptables.ts";
+import { removeOtherModes } from "../../src/backend/backends.ts";
+import { createLogger } from "../../src/log.ts";
 import { applyNft, deleteTables, runNft } from "../../src/apply/nft.ts";
 import { IptablesPlanner } from "../../src/render/iptables/planner.ts";
 import { NftPlanner } from "../../src/render/nft/planner.ts";
@@ -156,7 +158,7 @@ Deno.test({
         };
         const nftTables = async () =>
           (await runNft(["list", "tables"], { netns: k.ns })).stdout.includes("kube-nftproxy");
-        const options = { tableName: config.tableName, netns: k.ns };
+        const context = { log: createLogger({ write: () => {} }), netns: k.ns };
 
         // Running in nft mode; restarted in iptables mode: first sync, then the nft tables go.
         await applyNft(full(new NftPlanner(config)), { netns: k.ns });
@@ -165,13 +167,13 @@ Deno.test({
           await nftTables(),
           "both modes' rules exist between the first sync and the switch",
         );
-        await removeOtherMode("iptables", options);
+        await removeOtherModes({ ...config, mode: "iptables" }, context);
         assert.ok(!(await nftTables()));
         assert.match(await k.saveText("IPv4", backend), /KUBE-SERVICES/);
 
         // And back to nft mode.
         await applyNft(full(new NftPlanner(config)), { netns: k.ns });
-        await removeOtherMode("nft", options);
+        await removeOtherModes({ ...config, mode: "nft" }, context);
         assert.ok(await nftTables());
         assert.ok(!(await k.saveText("IPv4", backend)).includes("KUBE-"));
 

@@ -112,7 +112,7 @@ Deno.test({
 });
 
 // Found by kernel_accepts_property_test.ts ("comment too long, 128 characters maximum
-// allowed"). src/render/nft/ruleset.ts #stickyIPv6 comments each per-endpoint affinity set
+// allowed"). src/render/nft/service_fragment.ts #stickyIPv6 comments each per-endpoint affinity set
 // with `${this.#comment} clients sticking to ${safeComment(id)}`: the service comment alone may
 // be 120 characters (safeComment's cap), so with a long name the whole comment passes nft's 128
 // and the transaction is refused — for every service in it. Cap the whole comment instead.
@@ -187,7 +187,7 @@ Deno.test({
 
 // Found by partial_sync_property_test.ts ("update @affinity-… No such file or directory", and
 // a table after partial syncs still holding `set affinity-…` that a fresh sync does not
-// create). For IPv6 Services with ClientIP affinity, src/render/nft/ruleset.ts gives each
+// create). For IPv6 Services with ClientIP affinity, src/render/nft/service_fragment.ts gives each
 // endpoint a dynamic set; src/render/nft/syncer.ts's partial plan never adds or deletes those
 // sets: a new endpoint's chains refer to a set that does not exist (the sync is refused), and a
 // removed endpoint's set (with the clients it remembers) stays for as long as the proxy runs.
@@ -219,7 +219,7 @@ Deno.test({
 });
 
 // Found by partial_sync_property_test.ts ("add element … firewall-allow { … 10.96.0.0/16 …,
-// … 10.96.0.0/12 … }: File exists"). src/render/nft/ruleset.ts adds one `firewall-allow`
+// … 10.96.0.0/12 … }: File exists"). src/render/nft/service_fragment.ts adds one `firewall-allow`
 // interval element per loadBalancerSourceRanges entry; nft refuses overlapping intervals in
 // one set, so a LoadBalancer Service with ranges like 10.0.0.0/8 and 10.1.0.0/16 (valid for
 // the API server) makes every sync's transaction fail — no Service anywhere is updated again

@@ -3,8 +3,8 @@
  * place where `detectLocalMode`, `masqueradeAll`, `masqueradeBit`, `nodePortAddresses` and the
  * service CIDRs become iptables match text or addresses.
  *
- * The node-port addresses and service CIDRs are taken from the nft backend's options, so both
- * backends serve node ports on exactly the same addresses (never on loopback: upstream's
+ * The node-port addresses and service CIDRs are the shared family facts (family_facts.ts), so
+ * both back ends serve node ports on exactly the same addresses (never on loopback: upstream's
  * iptables mode allows `127.0.0.1` node ports with `route_localnet`, this proxy's contract
  * does not).
  *
@@ -14,14 +14,14 @@ import type { Config } from "../../config/config.ts";
 import type { NodeInfo } from "../../model/node.ts";
 import { canonicalConfigCIDRs } from "../../model/ip.ts";
 import { familyOf, type IPFamily } from "../../model/service_port.ts";
-import { type ClusterFacts, nftRenderOptions } from "../nft/options.ts";
-import type { NftRenderOptions } from "../nft/ruleset.ts";
+import { type FamilyFacts, familyFacts } from "../family_facts.ts";
+import type { ClusterFacts } from "../planner.ts";
 
-/** How one family's iptables rules are rendered: the node facts as for nft, and its own. */
-export interface IptablesRenderOptions
-  extends
-    Pick<NftRenderOptions, "masqueradeAll" | "serviceCIDRs" | "nodePortIPs" | "nodeName" | "zone"> {
+/** How one family's iptables rules are rendered: the family's facts and iptables' settings. */
+export interface IptablesRenderOptions extends FamilyFacts {
   readonly family: IPFamily;
+  /** Masquerade all traffic to cluster IPs. */
+  readonly masqueradeAll: boolean;
   /** The masquerade mark as upstream prints it (`%#08x`): bit 14 is `0x004000`. */
   readonly masqueradeMark: string;
   /** Match for "comes from a local pod" (`-s 10.244.0.0/16`, `-i cbr0`, `-i veth+`), or null. */
@@ -59,7 +59,7 @@ export function iptablesRenderOptions(
   facts: IptablesFacts,
   family: IPFamily,
 ): IptablesRenderOptions {
-  const nft = nftRenderOptions(config, facts, family === "IPv4" ? "ip" : "ip6");
+  const shared = familyFacts(config, facts, family);
   const detector = localDetector(config, facts.node, family);
   return {
     family,
@@ -67,10 +67,10 @@ export function iptablesRenderOptions(
     masqueradeAll: config.masqueradeAll,
     localMatch: detector?.local ?? null,
     notLocalMatch: detector?.notLocal ?? null,
-    serviceCIDRs: nft.serviceCIDRs,
-    nodePortIPs: nft.nodePortIPs,
-    nodeName: nft.nodeName,
-    zone: nft.zone,
+    serviceCIDRs: shared.serviceCIDRs,
+    nodePortIPs: shared.nodePortIPs,
+    nodeName: shared.nodeName,
+    zone: shared.zone,
     dropInvalid: !(facts.conntrackTCPLiberal ?? false),
     randomFully: true,
     largeClusterMode: (facts.totalEndpoints ?? 0) > LARGE_CLUSTER_ENDPOINTS,

@@ -1,6 +1,6 @@
 /**
- * The iptables planner: both families' syncers behind the same {@link Planner} interface as the
- * nft backend, producing one script with an `iptables-restore` section for IPv4 and one for
+ * The iptables planner: both families' syncers behind the {@link Planner} interface every back
+ * end implements, producing one script with an `iptables-restore` section for IPv4 and one for
  * IPv6 (see script.ts for the format; `applyIptables` in src/apply/iptables.ts runs it).
  *
  * @example
@@ -15,9 +15,7 @@
  */
 import type { Config } from "../../config/config.ts";
 import { familyOf, type IPFamily } from "../../model/service_port.ts";
-import type { ClusterFacts } from "../nft/options.ts";
-import type { Plan, Planner, PlannerInput } from "../nft/planner.ts";
-import type { SyncRequest } from "../nft/syncer.ts";
+import type { Plan, Planner, PlannerInput, SyncRequest } from "../planner.ts";
 import { iptablesRenderOptions } from "./options.ts";
 import { IptablesSyncer } from "./syncer.ts";
 
@@ -60,7 +58,7 @@ export class IptablesPlanner implements Planner {
         iptablesRenderOptions(this.#config, {
           node: input.node,
           serviceCIDRs: input.serviceCIDRs,
-          localAddresses: (input as Partial<ClusterFacts>).localAddresses,
+          localAddresses: input.localAddresses,
           totalEndpoints: totals[family],
           conntrackTCPLiberal: this.#liberal,
         }, family),

@@ -22,7 +22,7 @@
  * @module
  */
 import type { ServicePort } from "../../model/service_port.ts";
-import type { SyncInput, SyncRequest } from "../nft/syncer.ts";
+import type { SyncInput, SyncRequest } from "../planner.ts";
 import { CANARY, FIXED_CHAINS, type Table } from "./names.ts";
 import type { IptablesRenderOptions } from "./options.ts";
 import {

@@ -104,6 +104,9 @@ export function serviceChainName(
 /** Transport protocols, as nft spells them. */
 export type NftProtocol = "tcp" | "udp" | "sctp";
 
+/** Every transport protocol, in the order rules that cover each one list them. */
+export const NFT_PROTOCOLS: readonly NftProtocol[] = ["tcp", "udp", "sctp"];
+
 /**
  * Map `daddr . l4proto . dport . index` → endpoint `addr . port`: all usable endpoints
  * (`cluster-endpoints-tcp`) or this node's (`local-endpoints-tcp`). One map per protocol: the

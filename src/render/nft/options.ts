@@ -1,23 +1,31 @@
 /**
- * Render options for one nft family, derived from the configuration and the node: the one place
- * where `detectLocalMode`, `masqueradeAll`, `nodePortAddresses` and the service CIDRs become
- * rule text or addresses.
+ * Render options for one nft family, derived from the configuration and the cluster facts: the
+ * one place where `detectLocalMode`, `masqueradeAll` and `masqueradeBit` become nft rule text
+ * (the node-port addresses and service CIDRs come from the shared family facts).
  *
  * @module
  */
 import type { Config } from "../../config/config.ts";
-import { canonicalConfigCIDRs, cidrContains } from "../../model/ip.ts";
+import { canonicalConfigCIDRs } from "../../model/ip.ts";
 import type { NodeInfo } from "../../model/node.ts";
 import { familyOf } from "../../model/service_port.ts";
-import { ipFamilyOf, type NftRenderOptions } from "./ruleset.ts";
-import type { NftFamily } from "./transaction.ts";
+import { type FamilyFacts, familyFacts } from "../family_facts.ts";
+import type { ClusterFacts } from "../planner.ts";
+import { ipFamilyOf, type NftFamily } from "./transaction.ts";
 
-/** What the options depend on besides the configuration. */
-export interface ClusterFacts {
-  readonly node: NodeInfo | null;
-  readonly serviceCIDRs: readonly string[];
-  /** Addresses on this node's interfaces (for CIDR `nodePortAddresses`); empty if unknown. */
-  readonly localAddresses?: readonly string[];
+/** How a family's ruleset is rendered: the family's facts plus nft's own settings. */
+export interface NftRenderOptions extends FamilyFacts {
+  /** Table name (same in both families). */
+  readonly table: string;
+  readonly family: NftFamily;
+  /** Bit of the packet mark that requests masquerading (0-31). */
+  readonly masqueradeBit: number;
+  /** Masquerade all traffic to cluster IPs. */
+  readonly masqueradeAll: boolean;
+  /** nft match for "comes from a local pod" (e.g. `ip saddr 10.244.0.0/16`), or null. */
+  readonly localMatch: string | null;
+  /** nft match for "does NOT come from a local pod", or null when there is no detector. */
+  readonly notLocalMatch: string | null;
 }
 
 /** The render options of one family. */
@@ -30,6 +38,7 @@ export function nftRenderOptions(
   const ofFamily = (items: readonly string[]) =>
     items.filter((c) => familyOf(c.split("/")[0]) === ipFamily);
   const detector = localDetector(config, facts.node, family, ofFamily);
+  const shared = familyFacts(config, facts, ipFamily);
   return {
     table: config.tableName,
     family,
@@ -37,30 +46,11 @@ export function nftRenderOptions(
     masqueradeAll: config.masqueradeAll,
     localMatch: detector?.local ?? null,
     notLocalMatch: detector?.notLocal ?? null,
-    serviceCIDRs: ofFamily(facts.serviceCIDRs),
-    nodePortIPs: nodePortIPs(config, facts, ofFamily),
-    nodeName: config.hostname,
-    zone: facts.node?.zone ?? "",
+    serviceCIDRs: shared.serviceCIDRs,
+    nodePortIPs: shared.nodePortIPs,
+    nodeName: shared.nodeName,
+    zone: shared.zone,
   };
-}
-
-/** Node addresses accepting node ports: the node's primary IPs, or local addresses in CIDRs. */
-function nodePortIPs(
-  config: Config,
-  facts: ClusterFacts,
-  ofFamily: (items: readonly string[]) => string[],
-): string[] {
-  const cidrs = canonicalConfigCIDRs(config.nodePortAddresses.filter((a) => a !== "primary"));
-  let ips: string[];
-  if (cidrs.length === 0) {
-    const bind = config.bindAddress;
-    const primary = facts.node?.ips ?? [];
-    ips = primary.length > 0 ? [...primary] : bind && !/^(0\.0\.0\.0|::)$/.test(bind) ? [bind] : [];
-  } else {
-    ips = (facts.localAddresses ?? []).filter((ip) => cidrs.some((c) => cidrContains(c, ip)));
-  }
-  // Never on loopback: upstream refuses NodePorts on 127.0.0.1 in nftables mode.
-  return [...new Set(ofFamily(ips).filter((ip) => !/^127\.|^::1$/.test(ip)))].sort();
 }
 
 function localDetector(

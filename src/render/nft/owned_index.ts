@@ -60,11 +60,6 @@ export class OwnedIndex<T> {
     return this.#entries.has(id);
   }
 
-  /** Whether more than one owner wants the id. */
-  isShared(id: string): boolean {
-    return (this.#entries.get(id)?.others?.size ?? 0) > 0;
-  }
-
   /** Every owner's value for an id, by owner key: the one in force first. */
   valuesOf(id: string): T[] {
     const entry = this.#entries.get(id);

@@ -1,37 +1,14 @@
 /**
- * The nft planner: both families' syncers behind one call, producing one script that updates
- * the `ip` and `ip6` tables in a single transaction.
+ * The nft planner: both families' syncers behind one {@link Planner}, producing one script
+ * that updates the `ip` and `ip6` tables in a single transaction.
  *
  * @module
  */
 import type { Config } from "../../config/config.ts";
-import type { NodeInfo } from "../../model/node.ts";
+import type { Plan, Planner, PlannerInput, SyncRequest } from "../planner.ts";
 import { nftRenderOptions } from "./options.ts";
-import { NftSyncer, type SyncInput, type SyncRequest } from "./syncer.ts";
+import { NftSyncer } from "./syncer.ts";
 import { type NftFamily, Transaction } from "./transaction.ts";
-
-/** Everything a plan is computed from. */
-export interface PlannerInput extends SyncInput {
-  readonly node: NodeInfo | null;
-  readonly serviceCIDRs: readonly string[];
-  /** This node's interface addresses, when known (for CIDR `nodePortAddresses`). */
-  readonly localAddresses?: readonly string[];
-}
-
-/** One transaction for every family; {@link commit} once it was applied. */
-export interface Plan {
-  readonly script: string;
-  readonly full: boolean;
-  readonly servicePortsChanged: number;
-  commit(): void;
-}
-
-/** Renders state into transactions; implemented by each backend's planner. */
-export interface Planner {
-  plan(input: PlannerInput, request: SyncRequest): Plan;
-  /** Forget what was applied; the next plan re-creates everything. */
-  reset(): void;
-}
 
 /** Options of an {@link NftPlanner}. */
 export interface NftPlannerOptions {

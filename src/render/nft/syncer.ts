@@ -23,35 +23,23 @@
  *
  * @module
  */
-import type { Endpoint } from "../../model/endpoint.ts";
-import type { ServicePort } from "../../model/service_port.ts";
-import {
-  ELEMENT_SEPARATOR,
-  type ElementGroup,
-  type EntryElements,
-  type Fragment,
-  type NftRenderOptions,
-  renderServicePort,
-  renderSkeleton,
-  type Skeleton,
-} from "./ruleset.ts";
-import { type ElementDef, type ElementRun, type SetDef, Transaction } from "./transaction.ts";
-import { OwnedIndex, type OwnerChanges } from "./owned_index.ts";
+import { ELEMENT_SEPARATOR, type Fragment, type Skeleton } from "./fragment.ts";
 import { NAMES } from "./names.ts";
-
-/** The state a plan is computed from. */
-export interface SyncInput {
-  readonly services: ReadonlyMap<string, ServicePort>;
-  readonly endpoints: ReadonlyMap<string, readonly Endpoint[]>;
-}
-
-/** Which service ports to re-render, or everything. */
-export interface SyncRequest {
-  /** Re-render and re-assert everything. */
-  readonly full: boolean;
-  /** Service port keys to re-render in a partial sync. */
-  readonly changed: ReadonlySet<string>;
-}
+import type { NftRenderOptions } from "./options.ts";
+import { OwnedIndex } from "./owned_index.ts";
+import {
+  Changes,
+  ElementChanges,
+  type ElementIndex,
+  inForce,
+  sameFragment,
+  sameRules,
+  SharedChains,
+} from "./ownership.ts";
+import { renderServicePort } from "./service_fragment.ts";
+import { renderSkeleton } from "./skeleton.ts";
+import { type ElementDef, type ElementRun, type SetDef, Transaction } from "./transaction.ts";
+import type { SyncInput, SyncRequest } from "../planner.ts";
 
 /** A planned transaction; call {@link commit} once `nft` has accepted it. */
 export interface SyncPlan {
@@ -71,14 +59,6 @@ export interface SyncPlan {
 }
 
 const TABLE_COMMENT = "rules for kube-nftproxy";
-
-/** Owners of the elements of every set, by set name. */
-interface ElementIndex {
-  /** Per key: the owners' lines. */
-  readonly keyed: Map<string, OwnedIndex<string>>;
-  /** Endpoint maps, per entry point: the owners' elements. */
-  readonly entries: Map<string, OwnedIndex<EntryElements>>;
-}
 
 interface Applied {
   readonly optionsKey: string;
@@ -339,123 +319,6 @@ export class NftSyncer {
   }
 }
 
-/**
- * One chains map for every fragment whose only chain has the same name and rules: the 10k
- * services that use `lb-tcp-10` keep one map instead of 10k equal ones (~700 bytes each).
- */
-class SharedChains {
-  readonly #byName = new Map<string, ReadonlyMap<string, readonly string[]>>();
-
-  /** The fragment, or an equal one whose chains map is shared. */
-  share(fragment: Fragment): Fragment {
-    const { chains } = fragment;
-    if (chains.size !== 1) return fragment;
-    const [name, rules] = chains.entries().next().value!;
-    const known = this.#byName.get(name);
-    if (known === undefined) {
-      this.#byName.set(name, chains);
-      return fragment;
-    }
-    if (known === chains || !sameRules(known.get(name)!, rules)) return fragment;
-    return { chains: known, elements: fragment.elements, sets: fragment.sets };
-  }
-}
-
-/** Ownership changes of many ids, recorded during a partial plan. */
-class Changes<T> {
-  readonly byId = new Map<string, OwnerChanges<T>>();
-
-  #of(id: string): OwnerChanges<T> {
-    let changes = this.byId.get(id);
-    if (changes === undefined) {
-      this.byId.set(id, changes = { removed: new Set(), added: new Map() });
-    }
-    return changes;
-  }
-
-  remove(id: string, owner: string): void {
-    this.#of(id).removed.add(owner);
-  }
-
-  add(id: string, owner: string, value: T): void {
-    this.#of(id).added.set(owner, value);
-  }
-
-  applyTo(index: OwnedIndex<T>): void {
-    for (const [id, changes] of this.byId) index.apply(id, changes);
-  }
-}
-
-/** Changes of one set's elements: per key, or per entry point in an endpoint map. */
-type SetChanges =
-  | { readonly entries: false; readonly byId: Map<string, OwnerChanges<string>> }
-  | { readonly entries: true; readonly byId: Map<string, OwnerChanges<EntryElements>> };
-
-/** Element ownership changes of a partial plan, by set in the order they were first touched. */
-class ElementChanges {
-  readonly bySet = new Map<string, SetChanges>();
-  readonly #keyed = new Map<string, Changes<string>>();
-  readonly #entries = new Map<string, Changes<EntryElements>>();
-
-  remove(group: ElementGroup, owner: string): void {
-    if (group.entry !== undefined) this.#entriesOf(group.set).remove(group.entry, owner);
-    else {
-      const changes = this.#keyedOf(group.set);
-      for (const key of group.keys) changes.remove(key, owner);
-    }
-  }
-
-  add(group: ElementGroup, owner: string): void {
-    if (group.entry !== undefined) this.#entriesOf(group.set).add(group.entry, owner, group);
-    else {
-      const changes = this.#keyedOf(group.set);
-      group.keys.forEach((key, i) => changes.add(key, owner, group.lines[i]));
-    }
-  }
-
-  applyTo(elements: ElementIndex): void {
-    for (const [set, changes] of this.#keyed) changes.applyTo(indexOf(elements.keyed, set));
-    for (const [set, changes] of this.#entries) changes.applyTo(indexOf(elements.entries, set));
-  }
-
-  #keyedOf(set: string): Changes<string> {
-    let changes = this.#keyed.get(set);
-    if (changes === undefined) {
-      this.#keyed.set(set, changes = new Changes());
-      this.bySet.set(set, { entries: false, byId: changes.byId });
-    }
-    return changes;
-  }
-
-  #entriesOf(set: string): Changes<EntryElements> {
-    let changes = this.#entries.get(set);
-    if (changes === undefined) {
-      this.#entries.set(set, changes = new Changes());
-      this.bySet.set(set, { entries: true, byId: changes.byId });
-    }
-    return changes;
-  }
-}
-
-function indexOf<T>(indexes: Map<string, OwnedIndex<T>>, set: string): OwnedIndex<T> {
-  let index = indexes.get(set);
-  if (index === undefined) indexes.set(set, index = new OwnedIndex());
-  return index;
-}
-
-/**
- * The elements in force for one entry point, given every owner's (the first owner's first):
- * element `i` of the first owner that has one, as if each key were owned on its own.
- */
-function inForce(owners: readonly EntryElements[]): readonly string[] {
-  const all = owners.map((o) => o.text.split(ELEMENT_SEPARATOR));
-  if (all.length <= 1) return all[0] ?? [];
-  const longest = Math.max(...all.map((lines) => lines.length));
-  const lines: string[] = [];
-  for (let i = 0; i < longest; i++) lines.push(all.find((o) => i < o.length)![i]);
-  return lines;
-}
-
 /** Adds elements grouped by set. */
 function addElements(tx: Transaction, elements: readonly ElementDef[]): void {
   const bySet = new Map<string, ElementDef[]>();
@@ -471,36 +334,4 @@ function addElements(tx: Transaction, elements: readonly ElementDef[]): void {
 function deleteChains(tx: Transaction, names: readonly string[]): void {
   names.forEach((name) => tx.flushChain(name));
   names.forEach((name) => tx.deleteChain(name));
-}
-
-function sameRules(a: readonly string[], b: readonly string[]): boolean {
-  return a.length === b.length && a.every((r, i) => r === b[i]);
-}
-
-function sameSet(a: SetDef, b: SetDef): boolean {
-  return a.kind === b.kind && a.name === b.name && a.type === b.type &&
-    sameRules(a.flags ?? [], b.flags ?? []) && a.timeoutSeconds === b.timeoutSeconds &&
-    a.size === b.size && a.dynamic === b.dynamic && a.comment === b.comment;
-}
-
-function sameFragment(a: Fragment | null, b: Fragment | null): boolean {
-  if (a === null || b === null) return a === b;
-  if (a.elements.length !== b.elements.length || a.chains.size !== b.chains.size) return false;
-  if ((a.sets?.size ?? 0) !== (b.sets?.size ?? 0)) return false;
-  for (const [name, set] of a.sets ?? []) {
-    const other = b.sets?.get(name);
-    if (other === undefined || !sameSet(set, other)) return false;
-  }
-  for (const [name, rules] of a.chains) {
-    const other = b.chains.get(name);
-    if (other === undefined || !sameRules(rules, other)) return false;
-  }
-  return a.elements.every((g, i) => {
-    const o = b.elements[i];
-    if (g.set !== o.set || g.entry !== o.entry) return false;
-    if (g.entry !== undefined) {
-      return o.entry !== undefined && g.count === o.count && g.text === o.text;
-    }
-    return o.entry === undefined && sameRules(g.keys, o.keys) && sameRules(g.lines, o.lines);
-  });
 }

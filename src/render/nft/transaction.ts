@@ -8,9 +8,20 @@
  *
  * @module
  */
+import type { IPFamily } from "../../model/service_port.ts";
 
 /** The nft families this proxy programs. */
 export type NftFamily = "ip" | "ip6";
+
+/** The IP family an nft family programs. */
+export function ipFamilyOf(family: NftFamily): IPFamily {
+  return family === "ip" ? "IPv4" : "IPv6";
+}
+
+/** The nft family that programs an IP family. */
+export function nftFamilyOf(family: IPFamily): NftFamily {
+  return family === "IPv4" ? "ip" : "ip6";
+}
 
 /** A base chain's hook. */
 export interface Hook {

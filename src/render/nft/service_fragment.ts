@@ -1,6 +1,7 @@
 /**
- * The nft ruleset of one family: the fixed skeleton (base chains, dispatch chains, sets and
- * maps) and the fragment each service port adds to it (its chains and its elements).
+ * The fragment one service port adds to an nft family's table: its elements in the fixed maps
+ * and sets (dispatch, endpoints, no-endpoint verdicts, firewall, hairpin, affinity) and the
+ * few chains it needs — shared balancers, its external chain, IPv6 affinity chains.
  *
  * Pure functions of state and options. Per-service state lives in elements of a fixed set of
  * maps and in plain rules; the few rules that look up a named map (`lb-N` balancers, affinity)
@@ -8,98 +9,35 @@
  * to a rule grows with the number of such rules (a rule per service referencing one map took 30 s
  * at 10k services here; a shared rule took 2 s).
  *
- * How a packet is served (see nft/README.md for the picture):
- * - `services` looks up `daddr . l4proto . dport` in `service-ips` (cluster, external and
- *   load-balancer IPs) or `l4proto . dport` in `service-nodeports` (node IPs in `nodeport-ips`).
  * - Cluster IPs go straight to a shared balancer chain (`lb-N`, or `local-lb-N` for
  *   internalTrafficPolicy Local); external entries go through the service's `external-…`
  *   chain, which masquerades (eTP Cluster) or short-circuits pods and the node to all endpoints
  *   and sends the rest to this node's endpoints (eTP Local).
- * - A balancer DNATs with `daddr . l4proto . dport . numgen random mod N` as the key into
- *   `cluster-endpoints` or `local-endpoints`: each entry point (cluster IP, external IP, LB IP,
- *   node IP + node port) has its own N elements there.
+ * - Each entry point (cluster IP, external IP, LB IP, node IP + node port) has its own N
+ *   elements in `cluster-endpoints` or `local-endpoints`, keyed `entry . index`.
  *
  * @module
  */
 import type { Endpoint } from "../../model/endpoint.ts";
-import { type IPFamily, type ServicePort } from "../../model/service_port.ts";
+import { formatEndpoint } from "../../model/endpoint.ts";
 import { cidrContains } from "../../model/ip.ts";
+import type { ServicePort } from "../../model/service_port.ts";
 import { selectEndpoints } from "../endpoints.ts";
+import { ELEMENT_SEPARATOR, type EntryElements, type Fragment } from "./fragment.ts";
 import {
   affinityChainName,
   balancerChainName,
   type BalancerSpec,
   endpointMapName,
   NAMES,
+  NFT_PROTOCOLS,
   type NftProtocol,
   safeComment,
   serviceChainName,
   serviceComment,
 } from "./names.ts";
-import { formatEndpoint } from "../../model/endpoint.ts";
-import type { ChainDef, ElementDef, NftFamily, SetDef } from "./transaction.ts";
-
-/** How a family's ruleset is rendered. */
-export interface NftRenderOptions {
-  /** Table name (same in both families). */
-  readonly table: string;
-  readonly family: NftFamily;
-  /** Bit of the packet mark that requests masquerading (0-31). */
-  readonly masqueradeBit: number;
-  /** Masquerade all traffic to cluster IPs. */
-  readonly masqueradeAll: boolean;
-  /** nft match for "comes from a local pod" (e.g. `ip saddr 10.244.0.0/16`), or null. */
-  readonly localMatch: string | null;
-  /** nft match for "does NOT come from a local pod", or null when there is no detector. */
-  readonly notLocalMatch: string | null;
-  /** Service CIDRs of this family: unallocated IPs inside them are dropped. */
-  readonly serviceCIDRs: readonly string[];
-  /** Addresses of this node (this family) that accept node ports. */
-  readonly nodePortIPs: readonly string[];
-  /** This node's name, for local endpoints and node topology hints. */
-  readonly nodeName: string;
-  /** This node's zone, for zone topology hints (empty when unknown). */
-  readonly zone: string;
-}
-
-/** A chain with its rules. */
-export interface ChainWithRules {
-  readonly def: ChainDef;
-  readonly rules: readonly string[];
-}
-
-/** The fixed part of a table; it changes only with the options (so only in full syncs). */
-export interface Skeleton {
-  readonly chains: readonly ChainWithRules[];
-  readonly sets: readonly SetDef[];
-  /** Elements that depend on the node, not on services (the node-port addresses). */
-  readonly elements: readonly ElementDef[];
-}
-
-/**
- * A service port's elements of one set, already formatted as a script writes them
- * (`key comment "…" : value`), so a render allocates no object per element. `keys[i]` is the
- * key of `lines[i]`; a key occurs at most once per fragment (a repeated key takes the later
- * line, in the first place).
- */
-export interface KeyedElements {
-  readonly set: string;
-  readonly entry?: undefined;
-  readonly keys: readonly string[];
-  readonly lines: readonly string[];
-}
-
-/**
- * A service port's elements of one entry point (`addr . proto . port`) in an endpoint map, as
- * one text: `count` formatted elements joined by `, ` (as an `add element` command lists them),
- * element `i` having the key `<entry> . <i>`. The text may be written out only when read.
- */
-export interface EntryElements {
-  readonly set: string;
-  readonly entry: string;
-  readonly count: number;
-  readonly text: string;
-}
+import type { NftRenderOptions } from "./options.ts";
+import type { SetDef } from "./transaction.ts";
 
 /**
  * An entry point's elements that keep their endpoints (the state's own objects) rather than
@@ -134,205 +72,6 @@ class EndpointElements implements EntryElements {
     }
     return elements.join(ELEMENT_SEPARATOR);
   }
-}
-
-/** A service port's elements of one set, or of one entry point in an endpoint map. */
-export type ElementGroup = KeyedElements | EntryElements;
-
-/** Separates formatted elements in {@link EntryElements.text} (never inside an element). */
-export const ELEMENT_SEPARATOR = ", ";
-
-/**
- * What one service port adds: chains (name → rules) and elements. Chains and elements may be
- * shared with other service ports (balancers, hairpin entries); the syncer counts owners.
- */
-export interface Fragment {
-  readonly chains: ReadonlyMap<string, readonly string[]>;
-  /** Element groups in the order of their first element. */
-  readonly elements: readonly ElementGroup[];
-  /** Per-service sets (only IPv6 ClientIP affinity has them). */
-  readonly sets?: ReadonlyMap<string, SetDef>;
-}
-
-/** The IP family an nft family programs. */
-export function ipFamilyOf(family: NftFamily): IPFamily {
-  return family === "ip" ? "IPv4" : "IPv6";
-}
-
-/** Largest number of ClientIP affinity entries per family. */
-export const AFFINITY_MAP_SIZE = 262144;
-
-const PROTOCOLS: readonly NftProtocol[] = ["tcp", "udp", "sctp"];
-
-/** Renders the fixed skeleton of one table. */
-export function renderSkeleton(options: NftRenderOptions): Skeleton {
-  const f = options.family;
-  const addr = f === "ip" ? "ipv4_addr" : "ipv6_addr";
-  const mark = `0x${(1 << options.masqueradeBit >>> 0).toString(16).padStart(8, "0")}`;
-  const key3 = `${f} daddr . meta l4proto . th dport`;
-  const filter = (
-    name: string,
-    hook: "prerouting" | "forward" | "input" | "output",
-    priority: number,
-    rules: string[],
-  ): ChainWithRules => ({
-    def: { name, hook: { type: "filter", hook, priority } },
-    rules,
-  });
-  const nat = (
-    name: string,
-    hook: "prerouting" | "output" | "postrouting",
-    priority: number | string,
-    rules: string[],
-  ): ChainWithRules => ({
-    def: { name, hook: { type: "nat", hook, priority } },
-    rules,
-  });
-  const plain = (name: string, rules: string[]): ChainWithRules => ({ def: { name }, rules });
-  const newConn = (chain: string) => `ct state new jump ${chain}`;
-
-  const masqueradeClusterIPs = options.masqueradeAll
-    ? [`${f} daddr @${NAMES.clusterIPs} jump ${NAMES.markForMasquerade}`]
-    : options.notLocalMatch
-    ? [`${f} daddr @${NAMES.clusterIPs} ${options.notLocalMatch} jump ${NAMES.markForMasquerade}`]
-    : [];
-  const clusterIPRules = [`${f} daddr @${NAMES.clusterIPs} reject`];
-  for (const cidr of options.serviceCIDRs) clusterIPRules.push(`${f} daddr ${cidr} drop`);
-  const affinityRecords = f === "ip6"
-    ? []
-    : PROTOCOLS.map((p) =>
-      `meta l4proto ${p} ct status dnat ct original ${f} daddr . meta l4proto . ct original proto-dst vmap @${NAMES.affinityServices}`
-    );
-
-  const chains: ChainWithRules[] = [
-    filter(NAMES.filterPrerouting, "prerouting", -110, [newConn(NAMES.firewallCheck)]),
-    filter(NAMES.filterInput, "input", -110, [
-      newConn(NAMES.nodeportEndpointsCheck),
-      newConn(NAMES.serviceEndpointsCheck),
-    ]),
-    filter(NAMES.filterForward, "forward", -110, [
-      newConn(NAMES.serviceEndpointsCheck),
-      newConn(NAMES.clusterIPsCheck),
-    ]),
-    filter(NAMES.filterOutput, "output", -110, [
-      newConn(NAMES.serviceEndpointsCheck),
-      newConn(NAMES.nodeportEndpointsCheck),
-      newConn(NAMES.firewallCheck),
-    ]),
-    filter(NAMES.filterOutputPostDnat, "output", -90, [newConn(NAMES.clusterIPsCheck)]),
-    nat(NAMES.natPrerouting, "prerouting", "dstnat", [`jump ${NAMES.services}`]),
-    nat(NAMES.natOutput, "output", -100, [`jump ${NAMES.services}`]),
-    nat(NAMES.natPostrouting, "postrouting", "srcnat", [
-      ...affinityRecords,
-      `ct status dnat ${f} saddr . ${f} daddr @${NAMES.hairpinEndpoints} jump ${NAMES.markForMasquerade}`,
-      `jump ${NAMES.masquerading}`,
-    ]),
-    plain(NAMES.services, [
-      ...masqueradeClusterIPs,
-      `${key3} vmap @${NAMES.serviceIPs}`,
-      `${f} daddr @${NAMES.nodeportIPs} meta l4proto . th dport vmap @${NAMES.serviceNodeports}`,
-    ]),
-    plain(NAMES.markForMasquerade, [`meta mark set meta mark | ${mark}`]),
-    plain(NAMES.masquerading, [
-      `meta mark & ${mark} == 0 return`,
-      `meta mark set meta mark ^ ${mark}`,
-      "masquerade fully-random",
-    ]),
-    plain(NAMES.serviceEndpointsCheck, [`${key3} vmap @${NAMES.noEndpointServices}`]),
-    plain(NAMES.nodeportEndpointsCheck, [
-      `${f} daddr @${NAMES.nodeportIPs} meta l4proto . th dport vmap @${NAMES.noEndpointNodeports}`,
-    ]),
-    plain(NAMES.clusterIPsCheck, clusterIPRules),
-    plain(NAMES.firewallCheck, [
-      `${key3} . ${f} saddr @${NAMES.firewallAllow} return`,
-      `${key3} @${NAMES.firewallIPs} drop`,
-    ]),
-    plain(NAMES.rejectChain, ["reject"]),
-  ];
-  const serviceKey = `${addr} . inet_proto . inet_service`;
-  const portKey = "inet_proto . inet_service";
-  const endpointMaps = [false, true].flatMap((local) =>
-    PROTOCOLS.map((p): SetDef => ({
-      kind: "map",
-      name: endpointMapName(local, p),
-      type: `typeof ${key3} . numgen random mod 1 : ${f} daddr . ${p} dport`,
-      comment: `entry point and index to ${local ? "this node's" : "all"} ${p} endpoints`,
-    }))
-  );
-  const sets: SetDef[] = [
-    { kind: "set", name: NAMES.clusterIPs, type: `type ${addr}`, comment: "Active ClusterIPs" },
-    {
-      kind: "set",
-      name: NAMES.nodeportIPs,
-      type: `type ${addr}`,
-      comment: "Node addresses that accept node ports",
-    },
-    {
-      kind: "map",
-      name: NAMES.serviceIPs,
-      // `counter`: each element counts the connections it dispatches (nat sees first packets).
-      type: `type ${serviceKey} : verdict; counter`,
-      comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic",
-    },
-    {
-      kind: "map",
-      name: NAMES.serviceNodeports,
-      type: `type ${portKey} : verdict; counter`,
-      comment: "NodePort traffic",
-    },
-    {
-      kind: "map",
-      name: NAMES.noEndpointServices,
-      type: `type ${serviceKey} : verdict`,
-      comment: "vmap to drop or reject packets to services with no endpoints",
-    },
-    {
-      kind: "map",
-      name: NAMES.noEndpointNodeports,
-      type: `type ${portKey} : verdict`,
-      comment: "vmap to drop or reject packets to service nodeports with no endpoints",
-    },
-    {
-      kind: "set",
-      name: NAMES.firewallIPs,
-      type: `type ${serviceKey}`,
-      comment: "LoadBalancer IPs with loadBalancerSourceRanges",
-    },
-    {
-      kind: "set",
-      name: NAMES.firewallAllow,
-      type: `type ${serviceKey} . ${addr}`,
-      flags: ["interval"],
-      comment: "Sources allowed by loadBalancerSourceRanges",
-    },
-    ...endpointMaps,
-    {
-      kind: "set",
-      name: NAMES.hairpinEndpoints,
-      type: `type ${addr} . ${addr}`,
-      comment: "endpoint . endpoint: a pod reaching its own service and landing on itself",
-    },
-    ...(f === "ip6" ? [] : [{
-      kind: "map" as const,
-      name: NAMES.affinity,
-      type: `type ${addr} . ${serviceKey} : ${addr} . inet_service`,
-      flags: ["dynamic", "timeout"],
-      size: AFFINITY_MAP_SIZE,
-      dynamic: true,
-      comment: "ClientIP affinity: client . entry point to the endpoint it sticks to",
-    }, {
-      kind: "map" as const,
-      name: NAMES.affinityServices,
-      type: `type ${serviceKey} : verdict`,
-      comment: "ClientIP affinity services: entry point to the chain recording affinity",
-    }]),
-  ];
-  const elements = options.nodePortIPs.map((ip): ElementDef => ({
-    set: NAMES.nodeportIPs,
-    key: ip,
-    comment: "node address",
-  }));
-  return { chains, sets, elements };
 }
 
 /** One way into a service port: the address (or node IP) and port the client used. */
@@ -665,7 +404,7 @@ class FragmentBuilder {
 
 /** Rules of `affinity-<T>` (IPv4): remember, per client and entry point, the endpoint chosen. */
 function affinityRecorderRules(timeoutSeconds: number): string[] {
-  return PROTOCOLS.map((p) =>
+  return NFT_PROTOCOLS.map((p) =>
     `meta l4proto ${p} update @${NAMES.affinity} { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout ${timeoutSeconds}s : ip daddr . ${p} dport }`
   );
 }

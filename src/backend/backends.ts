@@ -1,0 +1,113 @@
+/**
+ * The back-end factory: the one place that reads `config.mode`. Each mode's module is loaded
+ * when that mode is asked for, so a run loads its own back end and no other.
+ *
+ * Adding a mode: a folder beside nft/ and iptables/ whose `backend.ts` exports `createBackend`
+ * (see backend.ts), and one line in {@link BACKENDS}.
+ *
+ * @module
+ */
+import type { Config, ProxyMode } from "../config/config.ts";
+import type { Backend, BackendContext, BackendModule } from "./backend.ts";
+
+/** Every mode's module, loaded on first use. */
+const BACKENDS: Readonly<Record<ProxyMode, () => Promise<BackendModule>>> = {
+  nft: () => import("./nft/backend.ts"),
+  iptables: () => import("./iptables/backend.ts"),
+};
+
+/**
+ * The back end of `config.mode`. The first successful apply of its proxier also removes every
+ * other mode's rules (switching modes is one restart: the new rules are in place before the old
+ * ones go); a failure there is logged and never fails the sync.
+ *
+ * @example
+ * ```ts
+ * const backend = await createBackend(config, { log });
+ * const proxier = await backend.proxier(["IPv4", "IPv6"]);
+ * ```
+ */
+export async function createBackend(config: Config, context: BackendContext): Promise<Backend> {
+  const backend = (await BACKENDS[config.mode]()).createBackend(config, context);
+  return {
+    ...backend,
+    proxier: async (families) => {
+      const proxier = await backend.proxier(families);
+      return {
+        ...proxier,
+        apply: afterFirstApply(
+          proxier.apply,
+          () => removeOtherModes(config, context),
+          (err) =>
+            context.log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`),
+        ),
+      };
+    },
+  };
+}
+
+/**
+ * Removes the rules of every mode but `config.mode` (each mode's {@link Backend.cleanup}): what an
+ * earlier run in another mode left.
+ */
+export async function removeOtherModes(config: Config, context: BackendContext): Promise<void> {
+  for (const mode of Object.keys(BACKENDS) as ProxyMode[]) {
+    if (mode === config.mode) continue;
+    await (await BACKENDS[mode]()).createBackend({ ...config, mode }, context).cleanup();
+  }
+}
+
+/** The clean-ups the command line asks for. */
+export interface CleanupRequest {
+  /** `--cleanup`: the nft tables, and the configured mode's rules. */
+  readonly cleanup: boolean;
+  /** `--cleanup-iptables`: the iptables mode's KUBE-* chains, whatever the mode. */
+  readonly cleanupIptables: boolean;
+}
+
+/**
+ * Runs the clean-ups asked for, logging one line per mode cleaned. `--cleanup` always removes
+ * the nft tables (the native mode's, which any earlier run may have left), then the configured
+ * mode's rules; `--cleanup-iptables` removes the iptables mode's.
+ */
+export async function cleanUp(
+  config: Config,
+  context: BackendContext,
+  request: CleanupRequest,
+): Promise<void> {
+  const modes = new Set<ProxyMode>();
+  if (request.cleanup) modes.add("nft").add(config.mode);
+  if (request.cleanupIptables) modes.add("iptables");
+  for (const mode of modes) {
+    const backend = (await BACKENDS[mode]()).createBackend({ ...config, mode }, context);
+    context.log.info(await backend.cleanup());
+  }
+}
+
+/**
+ * Wraps an apply function so that `then` runs once, right after the first successful apply
+ * (an empty script counts: the kernel already holds our rules). A failing `then` is reported
+ * to `onError` and not retried; the sync itself has succeeded.
+ *
+ * @example
+ * ```ts
+ * const apply = afterFirstApply((s) => proxier.apply(s), () => removeOtherModes(config, context));
+ * ```
+ */
+export function afterFirstApply(
+  apply: (script: string) => Promise<void>,
+  then: () => Promise<void>,
+  onError: (err: unknown) => void = () => {},
+): (script: string) => Promise<void> {
+  let done = false;
+  return async (script) => {
+    await apply(script);
+    if (done) return;
+    done = true;
+    try {
+      await then();
+    } catch (err) {
+      onError(err);
+    }
+  };
+}

@@ -1,0 +1,151 @@
+import assert from "node:assert/strict";
+import { DEFAULT_CONFIG } from "../config/config.ts";
+import { createLogger } from "../log.ts";
+import { ProxyState } from "../tracker/proxy_state.ts";
+import { IptablesPlanner } from "../render/iptables/planner.ts";
+import { NftPlanner } from "../render/nft/planner.ts";
+import { endpointSlice, node, service } from "../../tests/fixtures/objects.ts";
+import { BACKENDS, kernelGate, withIptablesScratch } from "../../tests/e2e/iptables_harness.ts";
+import { applyNft, runNft } from "../apply/nft.ts";
+import { cleanupIptables } from "../apply/iptables.ts";
+import { afterFirstApply, cleanUp, createBackend, removeOtherModes } from "./backends.ts";
+
+const config = { ...DEFAULT_CONFIG, hostname: "node-a", clusterCIDRs: ["10.244.0.0/16"] };
+
+function stateWith(names: string[]): ProxyState {
+  const state = new ProxyState({ hostname: "node-a", log: (line) => assert.fail(line) });
+  state.onEvent({ kind: "Node", current: node("node-a", { ips: ["192.168.77.1"] }) });
+  names.forEach((name, i) => {
+    state.onEvent({
+      kind: "Service",
+      current: service({ name, clusterIPs: [`10.96.0.${10 + i}`] }),
+    });
+    state.onEvent({
+      kind: "EndpointSlice",
+      current: endpointSlice({
+        name: `${name}-1`,
+        service: name,
+        endpoints: [`10.244.1.${11 + i}`],
+      }),
+    });
+  });
+  return state;
+}
+
+function fullScript(planner: IptablesPlanner | NftPlanner, state: ProxyState): string {
+  const plan = planner.plan(state, { full: true, changed: state.takeChanges().changed });
+  plan.commit();
+  return plan.script;
+}
+
+/** A logger that keeps its lines. */
+function recordingLog(): { log: ReturnType<typeof createLogger>; lines: string[] } {
+  const lines: string[] = [];
+  return {
+    log: createLogger({ write: (line) => lines.push(line), now: () => "T" }),
+    lines,
+  };
+}
+
+Deno.test("createBackend() gives the configured mode's back end, and nothing is asked of the kernel yet", async () => {
+  const { log, lines } = recordingLog();
+  for (const mode of ["nft", "iptables"] as const) {
+    const backend = await createBackend({ ...config, mode }, { log, netns: "knp-unused" });
+    assert.equal(backend.mode, mode);
+  }
+  assert.deepEqual(lines, []);
+});
+
+Deno.test({
+  name: "removeOtherModes() removes nft tables in iptables mode and our iptables rules in nft mode",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    await withIptablesScratch(async (k) => {
+      const { log } = recordingLog();
+      const state = stateWith(["web"]);
+      await applyNft(fullScript(new NftPlanner(config), state), { netns: k.ns });
+      state.onEvent({
+        kind: "Service",
+        current: service({ name: "x", clusterIPs: ["10.96.0.99"] }),
+      });
+      await k.apply(fullScript(new IptablesPlanner(config), state), "nft");
+      await k.apply(fullScript(new IptablesPlanner(config), state), "legacy");
+
+      await removeOtherModes({ ...config, mode: "iptables" }, { log, netns: k.ns });
+      const tables = (await runNft(["list", "tables"], { netns: k.ns })).stdout;
+      assert.ok(!tables.includes("kube-nftproxy"), tables);
+      assert.match(await k.saveText("IPv4", "nft"), /KUBE-SERVICES/, "iptables rules stay");
+
+      await removeOtherModes({ ...config, mode: "nft" }, { log, netns: k.ns });
+      for (const backend of BACKENDS) {
+        for (const family of ["IPv4", "IPv6"] as const) {
+          const saved = await k.saveText(family, backend);
+          assert.ok(!saved.includes("KUBE-"), `${backend} ${family}:\n${saved}`);
+        }
+      }
+      await cleanupIptables({ netns: k.ns }); // nothing left: a no-op
+    });
+  },
+});
+
+Deno.test({
+  name:
+    "cleanUp() removes the nft tables with --cleanup, the iptables rules too in iptables mode, and logs each",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    await withIptablesScratch(async (k) => {
+      const state = stateWith(["web"]);
+      const load = async () => {
+        await applyNft(fullScript(new NftPlanner(config), state), { netns: k.ns });
+        await k.apply(fullScript(new IptablesPlanner(config), state), "nft");
+      };
+      const nftTables = async () =>
+        (await runNft(["list", "tables"], { netns: k.ns })).stdout.includes("kube-nftproxy");
+      const iptablesRules = async () => (await k.saveText("IPv4", "nft")).includes("KUBE-");
+
+      await load();
+      let { log, lines } = recordingLog();
+      await cleanUp(config, { log, netns: k.ns }, { cleanup: true, cleanupIptables: false });
+      assert.deepEqual([await nftTables(), await iptablesRules()], [false, true]);
+      assert.deepEqual(lines, ["I T removed tables ip/ip6 kube-nftproxy"]);
+
+      await load();
+      ({ log, lines } = recordingLog());
+      const iptablesMode = { ...config, mode: "iptables" as const };
+      await cleanUp(iptablesMode, { log, netns: k.ns }, { cleanup: true, cleanupIptables: false });
+      assert.deepEqual([await nftTables(), await iptablesRules()], [false, false]);
+      assert.deepEqual(lines, [
+        "I T removed tables ip/ip6 kube-nftproxy",
+        "I T removed the KUBE-* chains and their jump rules (iptables-nft and iptables-legacy)",
+      ]);
+
+      await load();
+      ({ log, lines } = recordingLog());
+      await cleanUp(config, { log, netns: k.ns }, { cleanup: false, cleanupIptables: true });
+      assert.deepEqual([await nftTables(), await iptablesRules()], [true, false]);
+      assert.equal(lines.length, 1);
+      await cleanUp(config, { log, netns: k.ns }, { cleanup: true, cleanupIptables: false });
+    });
+  },
+});
+
+Deno.test("afterFirstApply() runs its follow-up once, after the first successful apply", async () => {
+  const calls: string[] = [];
+  let fail = true;
+  const apply = afterFirstApply(
+    (script) => {
+      calls.push(`apply ${script}`);
+      return fail ? Promise.reject(new Error("refused")) : Promise.resolve();
+    },
+    () => {
+      calls.push("then");
+      return Promise.reject(new Error("cannot"));
+    },
+    (err) => calls.push(`error ${(err as Error).message}`),
+  );
+  await assert.rejects(apply("a"), /refused/);
+  fail = false;
+  await apply("b");
+  await apply("c");
+  assert.deepEqual(calls, ["apply a", "apply b", "then", "error cannot", "apply c"]);
+});

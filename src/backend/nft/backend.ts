@@ -1,0 +1,85 @@
+/**
+ * The nft back end: the `ip` and `ip6` `kube-nftproxy` tables, each sync one `nft -f`
+ * transaction (src/render/nft renders it, src/apply/nft.ts loads it).
+ *
+ * Besides planning and applying, nft mode notices removed rules by listing its two dispatch
+ * chains per family (apply/nft_watch.ts), reads per-service connection counters from the
+ * dispatch maps (apply/service_counters.ts), deletes stale ClientIP affinity entries from the
+ * shared IPv4 map (apply/affinity.ts), and diffs a dry run against the listed tables
+ * (dryrun/, loaded only for a dry run).
+ *
+ * @module
+ */
+import { cleanStaleAffinity } from "../../apply/affinity.ts";
+import { refusedWarning } from "../../apply/families.ts";
+import {
+  applyNft,
+  deleteTables,
+  nftFamilySupport,
+  type NftRunnerOptions,
+} from "../../apply/nft.ts";
+import { nftRulesIntact } from "../../apply/nft_watch.ts";
+import { nftServiceCounterReader, ServiceCounters } from "../../apply/service_counters.ts";
+import type { Config } from "../../config/config.ts";
+import type { IPFamily } from "../../model/service_port.ts";
+import { NftPlanner } from "../../render/nft/planner.ts";
+import { ipFamilyOf, nftFamilyOf } from "../../render/nft/transaction.ts";
+import { type Backend, type BackendContext, DryRunError, type Proxier } from "../backend.ts";
+
+/** The nft back end for `config`. */
+export function createBackend(config: Config, context: BackendContext): Backend {
+  const table = config.tableName;
+  const nft: NftRunnerOptions = { nftPath: context.nftPath, netns: context.netns };
+  return {
+    mode: "nft",
+    probeFamilies: async () => {
+      const support = await nftFamilySupport(table, nft);
+      return {
+        usable: support.usable.map(ipFamilyOf),
+        warnings: support.refused.map((r) => refusedWarning(r.family, r.reason)),
+      };
+    },
+    proxier: (families) => Promise.resolve(nftProxier(config, nft, families)),
+    dryRun: async (script, output) => {
+      const { dryRunNft, formatDryRun } = await import("../../dryrun/dry_run.ts");
+      const { TableTextError } = await import("../../dryrun/table_image.ts");
+      let report;
+      try {
+        report = await dryRunNft(script, nft);
+      } catch (err) {
+        if (!(err instanceof TableTextError)) throw err;
+        throw new DryRunError(`cannot read the kernel's tables for a dry run: ${err.message}`, {
+          cause: err,
+        });
+      }
+      return {
+        text: formatDryRun(report.diff, output),
+        warnings: report.warnings.map((line) => `${line}; diffing against an empty table`),
+      };
+    },
+    cleanup: async () => {
+      await deleteTables(table, nft);
+      return `removed tables ip/ip6 ${table}`;
+    },
+  };
+}
+
+function nftProxier(
+  config: Config,
+  nft: NftRunnerOptions,
+  families: readonly IPFamily[],
+): Proxier {
+  const table = config.tableName;
+  const nftFamilies = families.map(nftFamilyOf);
+  const planner = new NftPlanner(config, { families: nftFamilies });
+  const counters = new ServiceCounters(
+    nftServiceCounterReader(table, { ...nft, families: nftFamilies }),
+  );
+  return {
+    planner,
+    apply: (script) => applyNft(script, nft),
+    rulesIntact: () => nftRulesIntact(table, { ...nft, families: nftFamilies }),
+    cleanStaleAffinity: () => cleanStaleAffinity(planner, { table, ...nft }),
+    serviceConnections: () => counters.read(),
+  };
+}

@@ -1,0 +1,195 @@
+/**
+ * The fixed skeleton of one nft family's table: base chains, dispatch chains, and the fixed
+ * set of sets and maps every service's state lives in as elements. It depends only on the
+ * render options, so it changes only in full syncs.
+ *
+ * How a packet is served (see nft/README.md for the picture):
+ * - `services` looks up `daddr . l4proto . dport` in `service-ips` (cluster, external and
+ *   load-balancer IPs) or `l4proto . dport` in `service-nodeports` (node IPs in `nodeport-ips`).
+ * - Cluster IPs go straight to a shared balancer chain (`lb-N`, or `local-lb-N` for
+ *   internalTrafficPolicy Local); external entries go through the service's `external-…`
+ *   chain (see service_fragment.ts).
+ * - A balancer DNATs with `daddr . l4proto . dport . numgen random mod N` as the key into
+ *   `cluster-endpoints` or `local-endpoints`: each entry point (cluster IP, external IP, LB IP,
+ *   node IP + node port) has its own N elements there.
+ *
+ * @module
+ */
+import { endpointMapName, NAMES, NFT_PROTOCOLS } from "./names.ts";
+import type { ChainWithRules, Skeleton } from "./fragment.ts";
+import type { NftRenderOptions } from "./options.ts";
+import type { ElementDef, SetDef } from "./transaction.ts";
+
+/** Largest number of ClientIP affinity entries per family. */
+export const AFFINITY_MAP_SIZE = 262144;
+
+/** Renders the fixed skeleton of one table. */
+export function renderSkeleton(options: NftRenderOptions): Skeleton {
+  const f = options.family;
+  const addr = f === "ip" ? "ipv4_addr" : "ipv6_addr";
+  const mark = `0x${(1 << options.masqueradeBit >>> 0).toString(16).padStart(8, "0")}`;
+  const key3 = `${f} daddr . meta l4proto . th dport`;
+  const filter = (
+    name: string,
+    hook: "prerouting" | "forward" | "input" | "output",
+    priority: number,
+    rules: string[],
+  ): ChainWithRules => ({
+    def: { name, hook: { type: "filter", hook, priority } },
+    rules,
+  });
+  const nat = (
+    name: string,
+    hook: "prerouting" | "output" | "postrouting",
+    priority: number | string,
+    rules: string[],
+  ): ChainWithRules => ({
+    def: { name, hook: { type: "nat", hook, priority } },
+    rules,
+  });
+  const plain = (name: string, rules: string[]): ChainWithRules => ({ def: { name }, rules });
+  const newConn = (chain: string) => `ct state new jump ${chain}`;
+
+  const masqueradeClusterIPs = options.masqueradeAll
+    ? [`${f} daddr @${NAMES.clusterIPs} jump ${NAMES.markForMasquerade}`]
+    : options.notLocalMatch
+    ? [`${f} daddr @${NAMES.clusterIPs} ${options.notLocalMatch} jump ${NAMES.markForMasquerade}`]
+    : [];
+  const clusterIPRules = [`${f} daddr @${NAMES.clusterIPs} reject`];
+  for (const cidr of options.serviceCIDRs) clusterIPRules.push(`${f} daddr ${cidr} drop`);
+  const affinityRecords = f === "ip6"
+    ? []
+    : NFT_PROTOCOLS.map((p) =>
+      `meta l4proto ${p} ct status dnat ct original ${f} daddr . meta l4proto . ct original proto-dst vmap @${NAMES.affinityServices}`
+    );
+
+  const chains: ChainWithRules[] = [
+    filter(NAMES.filterPrerouting, "prerouting", -110, [newConn(NAMES.firewallCheck)]),
+    filter(NAMES.filterInput, "input", -110, [
+      newConn(NAMES.nodeportEndpointsCheck),
+      newConn(NAMES.serviceEndpointsCheck),
+    ]),
+    filter(NAMES.filterForward, "forward", -110, [
+      newConn(NAMES.serviceEndpointsCheck),
+      newConn(NAMES.clusterIPsCheck),
+    ]),
+    filter(NAMES.filterOutput, "output", -110, [
+      newConn(NAMES.serviceEndpointsCheck),
+      newConn(NAMES.nodeportEndpointsCheck),
+      newConn(NAMES.firewallCheck),
+    ]),
+    filter(NAMES.filterOutputPostDnat, "output", -90, [newConn(NAMES.clusterIPsCheck)]),
+    nat(NAMES.natPrerouting, "prerouting", "dstnat", [`jump ${NAMES.services}`]),
+    nat(NAMES.natOutput, "output", -100, [`jump ${NAMES.services}`]),
+    nat(NAMES.natPostrouting, "postrouting", "srcnat", [
+      ...affinityRecords,
+      `ct status dnat ${f} saddr . ${f} daddr @${NAMES.hairpinEndpoints} jump ${NAMES.markForMasquerade}`,
+      `jump ${NAMES.masquerading}`,
+    ]),
+    plain(NAMES.services, [
+      ...masqueradeClusterIPs,
+      `${key3} vmap @${NAMES.serviceIPs}`,
+      `${f} daddr @${NAMES.nodeportIPs} meta l4proto . th dport vmap @${NAMES.serviceNodeports}`,
+    ]),
+    plain(NAMES.markForMasquerade, [`meta mark set meta mark | ${mark}`]),
+    plain(NAMES.masquerading, [
+      `meta mark & ${mark} == 0 return`,
+      `meta mark set meta mark ^ ${mark}`,
+      "masquerade fully-random",
+    ]),
+    plain(NAMES.serviceEndpointsCheck, [`${key3} vmap @${NAMES.noEndpointServices}`]),
+    plain(NAMES.nodeportEndpointsCheck, [
+      `${f} daddr @${NAMES.nodeportIPs} meta l4proto . th dport vmap @${NAMES.noEndpointNodeports}`,
+    ]),
+    plain(NAMES.clusterIPsCheck, clusterIPRules),
+    plain(NAMES.firewallCheck, [
+      `${key3} . ${f} saddr @${NAMES.firewallAllow} return`,
+      `${key3} @${NAMES.firewallIPs} drop`,
+    ]),
+    plain(NAMES.rejectChain, ["reject"]),
+  ];
+  const serviceKey = `${addr} . inet_proto . inet_service`;
+  const portKey = "inet_proto . inet_service";
+  const endpointMaps = [false, true].flatMap((local) =>
+    NFT_PROTOCOLS.map((p): SetDef => ({
+      kind: "map",
+      name: endpointMapName(local, p),
+      type: `typeof ${key3} . numgen random mod 1 : ${f} daddr . ${p} dport`,
+      comment: `entry point and index to ${local ? "this node's" : "all"} ${p} endpoints`,
+    }))
+  );
+  const sets: SetDef[] = [
+    { kind: "set", name: NAMES.clusterIPs, type: `type ${addr}`, comment: "Active ClusterIPs" },
+    {
+      kind: "set",
+      name: NAMES.nodeportIPs,
+      type: `type ${addr}`,
+      comment: "Node addresses that accept node ports",
+    },
+    {
+      kind: "map",
+      name: NAMES.serviceIPs,
+      // `counter`: each element counts the connections it dispatches (nat sees first packets).
+      type: `type ${serviceKey} : verdict; counter`,
+      comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+    },
+    {
+      kind: "map",
+      name: NAMES.serviceNodeports,
+      type: `type ${portKey} : verdict; counter`,
+      comment: "NodePort traffic",
+    },
+    {
+      kind: "map",
+      name: NAMES.noEndpointServices,
+      type: `type ${serviceKey} : verdict`,
+      comment: "vmap to drop or reject packets to services with no endpoints",
+    },
+    {
+      kind: "map",
+      name: NAMES.noEndpointNodeports,
+      type: `type ${portKey} : verdict`,
+      comment: "vmap to drop or reject packets to service nodeports with no endpoints",
+    },
+    {
+      kind: "set",
+      name: NAMES.firewallIPs,
+      type: `type ${serviceKey}`,
+      comment: "LoadBalancer IPs with loadBalancerSourceRanges",
+    },
+    {
+      kind: "set",
+      name: NAMES.firewallAllow,
+      type: `type ${serviceKey} . ${addr}`,
+      flags: ["interval"],
+      comment: "Sources allowed by loadBalancerSourceRanges",
+    },
+    ...endpointMaps,
+    {
+      kind: "set",
+      name: NAMES.hairpinEndpoints,
+      type: `type ${addr} . ${addr}`,
+      comment: "endpoint . endpoint: a pod reaching its own service and landing on itself",
+    },
+    ...(f === "ip6" ? [] : [{
+      kind: "map" as const,
+      name: NAMES.affinity,
+      type: `type ${addr} . ${serviceKey} : ${addr} . inet_service`,
+      flags: ["dynamic", "timeout"],
+      size: AFFINITY_MAP_SIZE,
+      dynamic: true,
+      comment: "ClientIP affinity: client . entry point to the endpoint it sticks to",
+    }, {
+      kind: "map" as const,
+      name: NAMES.affinityServices,
+      type: `type ${serviceKey} : verdict`,
+      comment: "ClientIP affinity services: entry point to the chain recording affinity",
+    }]),
+  ];
+  const elements = options.nodePortIPs.map((ip): ElementDef => ({
+    set: NAMES.nodeportIPs,
+    key: ip,
+    comment: "node address",
+  }));
+  return { chains, sets, elements };
+}
