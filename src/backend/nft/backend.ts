@@ -2,9 +2,9 @@
  * The nft back end: the `ip` and `ip6` `kube-nftproxy` tables, each sync one `nft -f`
  * transaction (src/render/nft renders it, src/apply/nft.ts loads it).
  *
- * Besides planning and applying, nft mode notices removed rules by listing its two dispatch
- * chains per family (apply/nft_watch.ts), reads per-service connection counters from the
- * dispatch maps (apply/service_counters.ts), deletes stale ClientIP affinity entries from the
+ * Besides planning and applying, nft mode notices removed rules with one check-only `nft -c`
+ * run that reads no set elements (apply/nft_watch.ts), reads per-service connection counters
+ * from the dispatch maps over netlink (apply/service_counters.ts, apply/nft_netlink.ts), deletes stale ClientIP affinity entries from the
  * shared IPv4 map (apply/affinity.ts), and diffs a dry run against the listed tables
  * (dryrun/, loaded only for a dry run).
  *
@@ -19,7 +19,11 @@ import {
   type NftRunnerOptions,
 } from "../../apply/nft.ts";
 import { nftRulesIntact } from "../../apply/nft_watch.ts";
-import { nftServiceCounterReader, ServiceCounters } from "../../apply/service_counters.ts";
+import {
+  netlinkServiceCounterReader,
+  nftServiceCounterReader,
+  ServiceCounters,
+} from "../../apply/service_counters.ts";
 import type { Config } from "../../config/config.ts";
 import type { IPFamily } from "../../model/service_port.ts";
 import { NftPlanner } from "../../render/nft/planner.ts";
@@ -72,9 +76,11 @@ function nftProxier(
   const table = config.tableName;
   const nftFamilies = families.map(nftFamilyOf);
   const planner = new NftPlanner(config, { families: nftFamilies });
-  const counters = new ServiceCounters(
-    nftServiceCounterReader(table, { ...nft, families: nftFamilies }),
-  );
+  // Netlink reads the namespace the daemon runs in; a test running nft elsewhere lists there.
+  const counterReader = nft.netns === undefined
+    ? netlinkServiceCounterReader
+    : nftServiceCounterReader;
+  const counters = new ServiceCounters(counterReader(table, { ...nft, families: nftFamilies }));
   return {
     planner,
     apply: (script) => applyNft(script, nft),
