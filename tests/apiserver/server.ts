@@ -3,16 +3,28 @@
  * ServiceCIDRs served over the real list/watch HTTP protocol on 127.0.0.1, with fault injection.
  *
  * What it speaks, as the real server does: one global, monotonically increasing
- * resourceVersion; LIST with `limit`/`continue` pagination over a consistent snapshot,
- * `labelSelector` and `fieldSelector`; WATCH (`?watch=1`) as chunked newline-delimited JSON
- * events from a bounded history, starting after `resourceVersion` (or with synthetic `ADDED`
- * events for the current state when it is empty or `0`), `ERROR` with a 410 `Expired` Status
- * when the version has been compacted away, periodic `BOOKMARK`s when
- * `allowWatchBookmarks=true`, ending after `timeoutSeconds`. Objects enter and leave selectors
- * the real way: a modification that makes an object match is an `ADDED`, one that makes it stop
- * matching a `DELETED`. Writes happen only through the programmatic API
- * ({@link TestApiServer.create}, {@link TestApiServer.update}, {@link TestApiServer.delete});
- * HTTP is read-only.
+ * resourceVersion; LIST without `resourceVersion` as a consistent read, paginated by
+ * `limit`/`continue` over one snapshot; LIST with `resourceVersion=0` (or any version with
+ * `resourceVersionMatch=NotOlderThan`, or unset match) served "from the watch cache": the whole
+ * list in one response, `limit` ignored, no `continue` token — as the real server did before
+ * consistent lists from the cache; `labelSelector` and `fieldSelector`; WATCH (`?watch=1`) as
+ * chunked newline-delimited JSON events from a bounded history, starting after `resourceVersion`
+ * (or with synthetic `ADDED` events for the current state when it is empty or `0`), `ERROR` with
+ * a 410 `Expired` Status when the version has been compacted away, periodic `BOOKMARK`s when
+ * `allowWatchBookmarks=true`, ending after `timeoutSeconds`; the streaming watch-list
+ * (`sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan`: an
+ * `ADDED` per object, then a `BOOKMARK` annotated `k8s.io/initial-events-end: "true"`, then
+ * changes), or, with watch-list turned off ({@link TestApiServerOptions.watchList}), the 422 an
+ * older server answers it with. Parameter combinations the real server refuses are refused the
+ * same way (422 `Invalid`). Objects enter and leave selectors the real way: a modification that
+ * makes an object match is an `ADDED`, one that makes it stop matching a `DELETED`. Writes
+ * happen only through the programmatic API ({@link TestApiServer.create},
+ * {@link TestApiServer.update}, {@link TestApiServer.delete}, {@link TestApiServer.load} for
+ * many objects at once); HTTP is read-only.
+ *
+ * Sized for benchmarks too: stored objects are shared (never copied) by lists, snapshots and
+ * watches, each object's JSON is written once and reused, and {@link TestApiServer.traffic}
+ * counts the requests and response bytes served, by verb and by query shape.
  *
  * Faults: {@link TestApiServer.dropWatches}, {@link TestApiServer.stall},
  * {@link TestApiServer.failNext}, {@link TestApiServer.slow}, {@link TestApiServer.kill} /
@@ -71,11 +83,31 @@ const DEFAULT_WATCH_TIMEOUT_S = 1800;
 const MAX_SNAPSHOTS = 64;
 /** Requests remembered in {@link TestApiServer.requests}. */
 const MAX_RECORDED_REQUESTS = 10_000;
+/** Objects per chunk when a watch-list streams the initial state. */
+const INITIAL_EVENTS_PER_CHUNK = 200;
+/** The annotation of the BOOKMARK that ends a watch-list's initial events. */
+export const INITIAL_EVENTS_END_ANNOTATION = "k8s.io/initial-events-end";
+/** Query parameters whose values decide how a request is served (the rest count by name). */
+const SHAPE_VALUES = new Set([
+  "limit",
+  "resourceVersion",
+  "resourceVersionMatch",
+  "sendInitialEvents",
+  "allowWatchBookmarks",
+]);
 
 /** Options of {@link TestApiServer.start}. */
 export interface TestApiServerOptions {
   /** Port to listen on; default 0 (a random free port). */
   port?: number;
+  /** Address to listen on; default `127.0.0.1`. */
+  hostname?: string;
+  /**
+   * Whether watches may ask for a streaming initial list (`sendInitialEvents`), as a server
+   * with the `WatchList` feature does; when off they are answered 422 like an older server.
+   * Default true.
+   */
+  watchList?: boolean;
   /** Write events kept for watches to resume from. Default 1000. */
   historyLimit?: number;
   /** Period of BOOKMARK events on watches that allow them, ms; 0 disables. Default 1000. */
@@ -108,6 +140,30 @@ export interface RecordedRequest {
   authorization?: string;
 }
 
+/** Requests and response bytes (bodies; watch streams as sent so far). */
+export interface TrafficCount {
+  requests: number;
+  bytes: number;
+}
+
+/**
+ * What the server has served since it started or since {@link TestApiServer.resetTraffic}:
+ * totals by verb, and by query shape — verb, resource and the query parameters that decide how
+ * the server answers (e.g. `list endpointslices labelSelector limit=500`,
+ * `watch services allowWatchBookmarks=true resourceVersionMatch=NotOlderThan resourceVersion=0
+ * sendInitialEvents=true`). Selectors, `continue` and `timeoutSeconds` appear by name only.
+ */
+export interface Traffic {
+  /** LIST requests (collections, any page). */
+  list: TrafficCount;
+  /** WATCH requests and the bytes their streams carried. */
+  watch: TrafficCount;
+  /** Everything else: GET of one object, discovery, unknown paths. */
+  other: TrafficCount;
+  /** By query shape. */
+  shapes: Record<string, TrafficCount>;
+}
+
 /** A reference to an object: its namespace (namespaced kinds) and name. */
 export interface ObjectRef {
   namespace?: string;
@@ -135,6 +191,8 @@ interface Watcher {
   held: string[];
   timer?: ReturnType<typeof setTimeout>;
   closed: boolean;
+  /** The query shape the bytes this stream carries are counted under. */
+  shape: string;
 }
 
 interface Snapshot {
@@ -166,13 +224,21 @@ const encoder = new TextEncoder();
 export class TestApiServer implements AsyncDisposable {
   readonly #historyLimit: number;
   readonly #bookmarkIntervalMs: number;
+  readonly #hostname: string;
   #port: number;
+  #watchList: boolean;
 
   #rv = 0;
   /** Watches may resume from any version at or above this one. */
   #compactedRv = 0;
   #history: HistoryEntry[] = [];
   #objects = new Map<ObjectKind, Map<string, RawObject>>();
+  /** Each kind's stored objects sorted by key, until the next write of that kind. */
+  #sorted = new Map<ObjectKind, RawObject[]>();
+  /** JSON of stored objects as LIST items (no TypeMeta) and as watch-event objects. */
+  #itemJson = new WeakMap<RawObject, string>();
+  #objectJson = new WeakMap<RawObject, string>();
+  #traffic = emptyTraffic();
   #watchers = new Set<Watcher>();
   #snapshots = new Map<string, Snapshot>();
   #unserved = new Set<ObjectKind>();
@@ -191,7 +257,9 @@ export class TestApiServer implements AsyncDisposable {
   private constructor(options: TestApiServerOptions) {
     this.#historyLimit = options.historyLimit ?? DEFAULT_HISTORY_LIMIT;
     this.#bookmarkIntervalMs = options.bookmarkIntervalMs ?? DEFAULT_BOOKMARK_INTERVAL_MS;
+    this.#hostname = options.hostname ?? "127.0.0.1";
     this.#port = options.port ?? 0;
+    this.#watchList = options.watchList ?? true;
     for (const r of RESOURCES) this.#objects.set(r.kind, new Map());
   }
 
@@ -210,9 +278,10 @@ export class TestApiServer implements AsyncDisposable {
     return this.#port;
   }
 
-  /** Base URL, `http://127.0.0.1:PORT`. */
+  /** Base URL, `http://HOSTNAME:PORT` (`127.0.0.1` when listening on every address). */
   get url(): string {
-    return `http://127.0.0.1:${this.#port}`;
+    const host = this.#hostname === "0.0.0.0" ? "127.0.0.1" : this.#hostname;
+    return `http://${host.includes(":") ? `[${host}]` : host}:${this.#port}`;
   }
 
   /** The current (latest) resourceVersion. */
@@ -241,8 +310,49 @@ export class TestApiServer implements AsyncDisposable {
     metadata.creationTimestamp = new Date().toISOString();
     metadata.resourceVersion = String(++this.#rv);
     objects.set(key, stored);
+    this.#sorted.delete(kind);
     this.#record({ rv: this.#rv, kind, type: "ADDED", object: stored });
     return structuredClone(stored);
+  }
+
+  /**
+   * Stores many new objects of one kind at once, as {@link create} would one by one (each gets
+   * its own resourceVersion; watchers see an `ADDED` each), without copying them deeply: the
+   * top level and `metadata` are copied, everything below is shared with the caller, who must
+   * not change it afterwards. For loading a benchmark-sized cluster quickly. Throws before
+   * storing anything if an object is unnamed or exists already (or twice in `objects`).
+   */
+  load(kind: ObjectKind, objects: readonly RawObject[]): void {
+    const resource = RESOURCE_BY_KIND.get(kind)!;
+    const stored = objects.map((object) => normalizeShallow(resource, object));
+    const keys = stored.map((object) => keyOf(resource, object));
+    const existing = this.#objects.get(kind)!;
+    const seen = new Set<string>();
+    for (const key of keys) {
+      if (existing.has(key) || seen.has(key)) throw new Error(`${kind} ${key} already exists`);
+      seen.add(key);
+    }
+    const creationTimestamp = new Date().toISOString();
+    const entries: HistoryEntry[] = [];
+    stored.forEach((object, i) => {
+      const metadata = object.metadata as Record<string, unknown>;
+      metadata.uid = crypto.randomUUID();
+      metadata.creationTimestamp = creationTimestamp;
+      metadata.resourceVersion = String(++this.#rv);
+      existing.set(keys[i], object);
+      entries.push({ rv: this.#rv, kind, type: "ADDED", object });
+    });
+    this.#sorted.delete(kind);
+    for (const entry of entries) this.#history.push(entry);
+    const excess = this.#history.length - this.#historyLimit;
+    if (excess > 0) {
+      this.#compactedRv = this.#history[excess - 1].rv;
+      this.#history.splice(0, excess);
+    }
+    if (this.#watchers.size === 0) return;
+    for (const entry of entries) {
+      for (const watcher of this.#watchers) this.#deliver(watcher, entry);
+    }
   }
 
   /**
@@ -263,6 +373,7 @@ export class TestApiServer implements AsyncDisposable {
     metadata.creationTimestamp = before.creationTimestamp;
     metadata.resourceVersion = String(++this.#rv);
     objects.set(key, stored);
+    this.#sorted.delete(kind);
     this.#record({ rv: this.#rv, kind, type: "MODIFIED", object: stored, previous });
     return structuredClone(stored);
   }
@@ -283,6 +394,7 @@ export class TestApiServer implements AsyncDisposable {
     const previous = objects.get(key);
     if (previous === undefined) throw new Error(`${kind} ${key} does not exist`);
     objects.delete(key);
+    this.#sorted.delete(kind);
     const object = structuredClone(previous);
     (object.metadata as Record<string, unknown>).resourceVersion = String(++this.#rv);
     this.#record({ rv: this.#rv, kind, type: "DELETED", object, previous });
@@ -290,9 +402,22 @@ export class TestApiServer implements AsyncDisposable {
 
   /** The stored objects of `kind`, sorted by namespace and name (copies). */
   list(kind: ObjectKind): RawObject[] {
-    return [...this.#objects.get(kind)!.entries()]
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-      .map(([, object]) => structuredClone(object));
+    return this.#stored(kind).map((object) => structuredClone(object));
+  }
+
+  /** Turns the streaming watch-list on or off (see {@link TestApiServerOptions.watchList}). */
+  setWatchList(enabled: boolean): void {
+    this.#watchList = enabled;
+  }
+
+  /** What was served since the start or the last {@link resetTraffic} (a copy). */
+  traffic(): Traffic {
+    return structuredClone(this.#traffic);
+  }
+
+  /** Starts counting {@link traffic} from zero; open watches count into the new figures. */
+  resetTraffic(): void {
+    this.#traffic = emptyTraffic();
   }
 
   /**
@@ -440,7 +565,7 @@ export class TestApiServer implements AsyncDisposable {
       try {
         this.#server = Deno.serve(
           {
-            hostname: "127.0.0.1",
+            hostname: this.#hostname,
             port: this.#port,
             signal: generation.signal,
             onListen: () => {},
@@ -463,7 +588,6 @@ export class TestApiServer implements AsyncDisposable {
     request: Request,
     context: { killed: AbortSignal; info: Deno.ServeHandlerInfo },
   ): Promise<Response> {
-    const { killed, info } = context;
     const url = new URL(request.url);
     const params = Object.fromEntries(url.searchParams);
     const watch = params.watch === "1" || params.watch === "true";
@@ -478,6 +602,29 @@ export class TestApiServer implements AsyncDisposable {
         authorization: request.headers.get("authorization") ?? undefined,
       });
     }
+    const verb = route?.resource === undefined || route.name !== undefined
+      ? "other"
+      : watch
+      ? "watch"
+      : "list";
+    const shape = shapeOf(verb, route?.resource?.plural ?? url.pathname, params);
+    this.#countRequest(verb, shape);
+    const response = await this.#respond(request, url, params, route, watch, shape, context);
+    // Streams count their bytes as they are written; bodies here.
+    this.#countBytes(verb, shape, Number(response.headers.get("content-length") ?? 0));
+    return response;
+  }
+
+  async #respond(
+    request: Request,
+    url: URL,
+    params: Record<string, string>,
+    route: Route | undefined,
+    watch: boolean,
+    shape: string,
+    context: { killed: AbortSignal; info: Deno.ServeHandlerInfo },
+  ): Promise<Response> {
+    const { killed, info } = context;
     while (this.#stall !== undefined) {
       const stall = this.#stall.promise;
       await Promise.race([stall, abortPromise(killed)]);
@@ -513,8 +660,21 @@ export class TestApiServer implements AsyncDisposable {
     }
     const query: Query = { resource, namespace: route.namespace, labels, fields };
     if (route.name !== undefined) return this.#get(resource, route.namespace, route.name);
-    if (watch) return this.#watch(query, params, info.completed);
+    const invalid = invalidListOptions(params, watch, this.#watchList);
+    if (invalid !== undefined) return invalidResponse(invalid);
+    if (watch) return this.#watch(query, params, shape, info.completed);
     return this.#list(query, params);
+  }
+
+  #countRequest(verb: keyof Omit<Traffic, "shapes">, shape: string): void {
+    this.#traffic[verb].requests++;
+    (this.#traffic.shapes[shape] ??= { requests: 0, bytes: 0 }).requests++;
+  }
+
+  #countBytes(verb: keyof Omit<Traffic, "shapes">, shape: string, bytes: number): void {
+    if (!(bytes > 0)) return;
+    this.#traffic[verb].bytes += bytes;
+    (this.#traffic.shapes[shape] ??= { requests: 0, bytes: 0 }).bytes += bytes;
   }
 
   #takeFailure(kind: ObjectKind | undefined, watch: boolean): number | undefined {
@@ -534,7 +694,35 @@ export class TestApiServer implements AsyncDisposable {
     if (object === undefined) {
       return statusResponse(404, `${resource.plural} "${name}" not found`);
     }
-    return jsonResponse(object);
+    return textResponse(this.#json(object));
+  }
+
+  /** The stored objects of `kind` sorted by key, shared (never change them). */
+  #stored(kind: ObjectKind): RawObject[] {
+    let sorted = this.#sorted.get(kind);
+    if (sorted === undefined) {
+      sorted = [...this.#objects.get(kind)!.entries()]
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([, object]) => object);
+      this.#sorted.set(kind, sorted);
+    }
+    return sorted;
+  }
+
+  /** A stored object's JSON as a watch event carries it (with TypeMeta), written once. */
+  #json(object: RawObject): string {
+    let json = this.#objectJson.get(object);
+    if (json === undefined) this.#objectJson.set(object, json = JSON.stringify(object));
+    return json;
+  }
+
+  /** A stored object's JSON as a LIST item (without TypeMeta), written once. */
+  #itemJsonOf(object: RawObject): string {
+    let json = this.#itemJson.get(object);
+    if (json === undefined) {
+      this.#itemJson.set(object, json = JSON.stringify(stripTypeMeta(object)));
+    }
+    return json;
   }
 
   #list(query: Query, params: Record<string, string>): Response {
@@ -542,6 +730,25 @@ export class TestApiServer implements AsyncDisposable {
     const limit = Number(params.limit ?? 0);
     if (!Number.isInteger(limit) || limit < 0) {
       return statusResponse(400, `invalid limit "${params.limit}"`);
+    }
+    const rvParam = params.resourceVersion ?? "";
+    const match = params.resourceVersionMatch ?? "";
+    if (rvParam !== "" && !/^\d+$/.test(rvParam)) {
+      return statusResponse(400, `invalid resourceVersion "${rvParam}"`);
+    }
+    if (rvParam !== "" && match !== "Exact") {
+      // From the watch cache: whole, at the latest version (which is never older than asked).
+      if (Number(rvParam) > this.#rv) {
+        return statusResponse(504, `Too large resource version: ${rvParam}, current: ${this.#rv}`);
+      }
+      return this.#listResponse(resource, String(this.#rv), this.#matching(query), {});
+    }
+    if (params.continue && rvParam !== "") {
+      return statusResponse(400, "specifying resource version is not allowed when using continue");
+    }
+    if (rvParam !== "" && Number(rvParam) !== this.#rv) {
+      // An exact read of a past version: this server keeps none.
+      return statusResponse(410, "The resourceVersion for the provided list is too old.");
     }
     let snapshot: Snapshot;
     let start = 0;
@@ -561,14 +768,11 @@ export class TestApiServer implements AsyncDisposable {
       start = token.start;
       id = token.id;
     } else {
-      const items = this.list(resource.kind)
-        .filter((object) => matchesQuery(query, object))
-        .map(stripTypeMeta);
-      snapshot = { rv: this.#rv, items };
+      snapshot = { rv: this.#rv, items: this.#matching(query) };
       id = crypto.randomUUID();
     }
     const end = limit > 0 ? Math.min(start + limit, snapshot.items.length) : snapshot.items.length;
-    const metadata: Record<string, unknown> = { resourceVersion: String(snapshot.rv) };
+    const metadata: Record<string, unknown> = {};
     if (end < snapshot.items.length) {
       this.#snapshots.set(id, snapshot);
       while (this.#snapshots.size > MAX_SNAPSHOTS) {
@@ -577,15 +781,41 @@ export class TestApiServer implements AsyncDisposable {
       metadata.continue = btoa(JSON.stringify({ id, start: end, rv: snapshot.rv }));
       metadata.remainingItemCount = snapshot.items.length - end;
     }
-    return jsonResponse({
-      kind: `${resource.kind}List`,
-      apiVersion: resource.apiVersion,
-      metadata,
-      items: snapshot.items.slice(start, end),
-    });
+    const items = start === 0 && end === snapshot.items.length
+      ? snapshot.items
+      : snapshot.items.slice(start, end);
+    return this.#listResponse(resource, String(snapshot.rv), items, metadata);
   }
 
-  #watch(query: Query, params: Record<string, string>, completed: Promise<void>): Response {
+  /** The stored objects `query` selects, sorted by key (shared). */
+  #matching(query: Query): RawObject[] {
+    const all = this.#stored(query.resource.kind);
+    return all.filter((object) => matchesQuery(query, object));
+  }
+
+  #listResponse(
+    resource: ResourceInfo,
+    resourceVersion: string,
+    items: readonly RawObject[],
+    extra: Record<string, unknown>,
+  ): Response {
+    const head = JSON.stringify({
+      kind: `${resource.kind}List`,
+      apiVersion: resource.apiVersion,
+      metadata: { resourceVersion, ...extra },
+    });
+    const body = `${head.slice(0, -1)},"items":[${
+      items.map((object) => this.#itemJsonOf(object)).join(",")
+    }]}`;
+    return textResponse(body);
+  }
+
+  #watch(
+    query: Query,
+    params: Record<string, string>,
+    shape: string,
+    completed: Promise<void>,
+  ): Response {
     const { resource } = query;
     const rvParam = params.resourceVersion ?? "";
     const from = rvParam === "" || rvParam === "0" ? undefined : Number(rvParam);
@@ -595,6 +825,7 @@ export class TestApiServer implements AsyncDisposable {
     const timeoutS = params.timeoutSeconds
       ? Number(params.timeoutSeconds)
       : DEFAULT_WATCH_TIMEOUT_S;
+    const initialEvents = params.sendInitialEvents;
     let watcher!: Watcher;
     const body = new ReadableStream<Uint8Array>({
       start: (controller) => {
@@ -607,11 +838,32 @@ export class TestApiServer implements AsyncDisposable {
           controller,
           held: [],
           closed: false,
+          shape,
         };
       },
       cancel: () => this.#closeWatcher(watcher),
     });
-    if (from !== undefined && from < this.#compactedRv) {
+    if (initialEvents === "true") {
+      // Watch-list: the state as ADDED events, then the bookmark that says they are complete.
+      this.#watchers.add(watcher);
+      const objects = this.#matching(query);
+      for (let i = 0; i < objects.length; i += INITIAL_EVENTS_PER_CHUNK) {
+        const lines = objects.slice(i, i + INITIAL_EVENTS_PER_CHUNK)
+          .map((object) => `{"type":"ADDED","object":${this.#json(object)}}\n`);
+        this.#emit(watcher, lines.join(""));
+      }
+      this.#send(watcher, {
+        type: "BOOKMARK",
+        object: {
+          kind: resource.kind,
+          apiVersion: resource.apiVersion,
+          metadata: {
+            resourceVersion: String(this.#rv),
+            annotations: { [INITIAL_EVENTS_END_ANNOTATION]: "true" },
+          },
+        },
+      });
+    } else if (from !== undefined && from < this.#compactedRv) {
       this.#write(
         watcher,
         JSON.stringify({
@@ -625,15 +877,16 @@ export class TestApiServer implements AsyncDisposable {
       watcher.controller.close();
       watcher.closed = true;
       return streamResponse(body);
-    }
-    this.#watchers.add(watcher);
-    if (from === undefined) {
-      for (const object of this.list(resource.kind)) {
-        if (matchesQuery(query, object)) this.#send(watcher, { type: "ADDED", object });
-      }
     } else {
-      for (const entry of this.#history) {
-        if (entry.rv > from) this.#deliver(watcher, entry);
+      this.#watchers.add(watcher);
+      if (from === undefined && initialEvents === undefined) {
+        for (const object of this.#matching(query)) {
+          this.#send(watcher, { type: "ADDED", object });
+        }
+      } else if (from !== undefined) {
+        for (const entry of this.#history) {
+          if (entry.rv > from) this.#deliver(watcher, entry);
+        }
       }
     }
     if (Number.isFinite(timeoutS) && timeoutS > 0) {
@@ -643,7 +896,6 @@ export class TestApiServer implements AsyncDisposable {
     completed.catch(() => {}).finally(() => this.#closeWatcher(watcher));
     return streamResponse(body);
   }
-
   #discovery(path: string): unknown {
     const served = RESOURCES.filter((r) => !this.#unserved.has(r.kind));
     if (path === "/api") {
@@ -707,19 +959,28 @@ export class TestApiServer implements AsyncDisposable {
     return watcher.labels(object) && watcher.fields(object);
   }
 
-  #send(watcher: Watcher, event: { type: string; object: unknown }): void {
-    const line = JSON.stringify(event) + "\n";
-    if (this.#stall !== undefined) {
-      watcher.held.push(line);
-      return;
-    }
-    this.#write(watcher, line);
+  #send(watcher: Watcher, event: { type: string; object: RawObject }): void {
+    this.#emit(
+      watcher,
+      `{"type":${JSON.stringify(event.type)},"object":${this.#json(event.object)}}\n`,
+    );
   }
 
-  #write(watcher: Watcher, line: string): void {
+  /** Sends event lines, or holds them back while the server is stalled. */
+  #emit(watcher: Watcher, lines: string): void {
+    if (this.#stall !== undefined) {
+      watcher.held.push(lines);
+      return;
+    }
+    this.#write(watcher, lines);
+  }
+
+  #write(watcher: Watcher, lines: string): void {
     if (watcher.closed) return;
     try {
-      watcher.controller.enqueue(encoder.encode(line));
+      const bytes = encoder.encode(lines);
+      watcher.controller.enqueue(bytes);
+      this.#countBytes("watch", watcher.shape, bytes.length);
     } catch {
       this.#closeWatcher(watcher);
     }
@@ -801,6 +1062,26 @@ function normalize(resource: ResourceInfo, object: RawObject): RawObject {
   return { kind: resource.kind, apiVersion: resource.apiVersion, ...copy };
 }
 
+/**
+ * Like {@link normalize} without the deep copy: the top level and `metadata` are new objects,
+ * everything below is the caller's.
+ */
+function normalizeShallow(resource: ResourceInfo, object: RawObject): RawObject {
+  const source = object.metadata;
+  if (!isRecord(source) || typeof source.name !== "string" || !source.name) {
+    throw new Error(`a ${resource.kind} needs metadata.name`);
+  }
+  const metadata: Record<string, unknown> = { ...source };
+  if (resource.namespaced) {
+    if (typeof metadata.namespace !== "string" || metadata.namespace === "") {
+      metadata.namespace = "default";
+    }
+  } else {
+    delete metadata.namespace;
+  }
+  return { kind: resource.kind, apiVersion: resource.apiVersion, ...object, metadata };
+}
+
 function keyOf(resource: ResourceInfo, object: RawObject): string {
   const metadata = object.metadata as Record<string, string>;
   return resource.namespaced ? `${metadata.namespace}/${metadata.name}` : metadata.name;
@@ -831,6 +1112,7 @@ const REASONS: Record<number, string> = {
   405: "MethodNotAllowed",
   409: "Conflict",
   410: "Expired",
+  422: "Invalid",
   429: "TooManyRequests",
   500: "InternalError",
   503: "ServiceUnavailable",
@@ -855,10 +1137,132 @@ function statusResponse(code: number, message: string): Response {
 }
 
 function jsonResponse(body: unknown, code = 200): Response {
-  return new Response(JSON.stringify(body), {
+  return textResponse(JSON.stringify(body), code);
+}
+
+/** A JSON body already written; its length is set, so the traffic counters can read it. */
+function textResponse(json: string, code = 200): Response {
+  const bytes = encoder.encode(json);
+  return new Response(bytes, {
     status: code,
-    headers: { "content-type": "application/json" },
+    headers: { "content-type": "application/json", "content-length": String(bytes.length) },
   });
+}
+
+/** One refused list or watch option: the field and why, as the real server words it. */
+interface InvalidOption {
+  field: string;
+  reason: "FieldValueForbidden" | "FieldValueNotSupported";
+  message: string;
+}
+
+/**
+ * What the real server's list-options validation refuses (422 Invalid): a
+ * `resourceVersionMatch` without a `resourceVersion` on a LIST, or on a WATCH without
+ * `sendInitialEvents`; `sendInitialEvents` on a LIST, without `resourceVersionMatch=NotOlderThan`
+ * or (when true) without bookmarks, or at all when the server has no watch-list.
+ */
+function invalidListOptions(
+  params: Record<string, string>,
+  watch: boolean,
+  watchList: boolean,
+): InvalidOption | undefined {
+  const match = params.resourceVersionMatch;
+  const initial = params.sendInitialEvents;
+  const forbidden = (field: string, message: string): InvalidOption => ({
+    field,
+    reason: "FieldValueForbidden",
+    message,
+  });
+  if (match !== undefined && !["", "NotOlderThan", "Exact"].includes(match)) {
+    return {
+      field: "resourceVersionMatch",
+      reason: "FieldValueNotSupported",
+      message: `Unsupported value: "${match}": supported values: "Exact", "NotOlderThan", ""`,
+    };
+  }
+  if (initial !== undefined) {
+    if (!watch) return forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list");
+    if (!watchList) {
+      return forbidden(
+        "sendInitialEvents",
+        "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+      );
+    }
+    if (match !== "NotOlderThan") {
+      return forbidden(
+        "resourceVersionMatch",
+        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+      );
+    }
+    const bookmarks = params.allowWatchBookmarks === "true" || params.allowWatchBookmarks === "1";
+    if (initial === "true" && !bookmarks) {
+      return forbidden(
+        "allowWatchBookmarks",
+        "sendInitialEvents requires setting allowWatchBookmarks to true",
+      );
+    }
+    return undefined;
+  }
+  if (match === undefined || match === "") return undefined;
+  if (watch) {
+    return forbidden(
+      "resourceVersionMatch",
+      "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+    );
+  }
+  if ((params.resourceVersion ?? "") === "") {
+    return forbidden(
+      "resourceVersionMatch",
+      "resourceVersionMatch is forbidden unless resourceVersion is provided",
+    );
+  }
+  if (match === "Exact" && params.resourceVersion === "0") {
+    return forbidden(
+      "resourceVersionMatch",
+      `resourceVersionMatch "exact" is forbidden for resourceVersion "0"`,
+    );
+  }
+  return undefined;
+}
+
+/** The 422 `Invalid` Status the real server answers refused list options with. */
+function invalidResponse(invalid: InvalidOption): Response {
+  const body = {
+    ...status(
+      422,
+      `ListOptions.meta.k8s.io "" is invalid: ${invalid.field}: ` +
+        `${invalid.reason === "FieldValueForbidden" ? "Forbidden" : "Unsupported value"}: ` +
+        invalid.message,
+    ),
+    details: {
+      kind: "ListOptions",
+      group: "meta.k8s.io",
+      causes: [{ reason: invalid.reason, message: invalid.message, field: invalid.field }],
+    },
+  };
+  return jsonResponse(body, 422);
+}
+
+function emptyTraffic(): Traffic {
+  return {
+    list: { requests: 0, bytes: 0 },
+    watch: { requests: 0, bytes: 0 },
+    other: { requests: 0, bytes: 0 },
+    shapes: {},
+  };
+}
+
+/**
+ * A request's query shape: the verb, the resource (or path), then the query parameters sorted,
+ * with their values where they decide how the request is served.
+ */
+function shapeOf(verb: string, resource: string, params: Record<string, string>): string {
+  const parts = Object.keys(params)
+    .filter((name) => name !== "watch")
+    .sort()
+    .map((name) => SHAPE_VALUES.has(name) ? `${name}=${params[name]}` : name);
+  return [verb, resource, ...parts].join(" ");
 }
 
 function streamResponse(body: ReadableStream<Uint8Array>): Response {

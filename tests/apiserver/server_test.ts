@@ -301,3 +301,195 @@ Deno.test("TestApiServer forgets a watch whose client went away", async () => {
   }
   assert.equal(server.watchCount, 0);
 });
+
+Deno.test("TestApiServer serves resourceVersion=0 lists whole from the cache, unset ones paged", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  for (let i = 0; i < 5; i++) server.create("Service", svc(`s${i}`));
+  const cached = await getJson(`${server.url}/api/v1/services?limit=2&resourceVersion=0`);
+  assert.deepEqual(cached.body.metadata, { resourceVersion: "5" });
+  assert.equal((cached.body.items as RawObject[]).length, 5);
+  const notOlder = await getJson(
+    `${server.url}/api/v1/services?limit=2&resourceVersion=3&resourceVersionMatch=NotOlderThan`,
+  );
+  assert.deepEqual(notOlder.body.metadata, { resourceVersion: "5" });
+  assert.equal((notOlder.body.items as RawObject[]).length, 5);
+  const consistent = await getJson(`${server.url}/api/v1/services?limit=2`);
+  assert.equal((consistent.body.items as RawObject[]).length, 2);
+  assert.equal(typeof (consistent.body.metadata as Record<string, unknown>).continue, "string");
+
+  const tooNew = await getJson(`${server.url}/api/v1/services?resourceVersion=9`);
+  assert.equal(tooNew.status, 504);
+  const exactOld = await getJson(
+    `${server.url}/api/v1/services?resourceVersion=3&resourceVersionMatch=Exact&limit=2`,
+  );
+  assert.equal(exactOld.status, 410);
+  const exactNow = await getJson(
+    `${server.url}/api/v1/services?resourceVersion=5&resourceVersionMatch=Exact&limit=2`,
+  );
+  assert.equal((exactNow.body.items as RawObject[]).length, 2);
+  const matchAlone = await getJson(
+    `${server.url}/api/v1/services?resourceVersionMatch=NotOlderThan`,
+  );
+  assert.equal(matchAlone.status, 422);
+  assert.equal(matchAlone.body.reason, "Invalid");
+});
+
+Deno.test("TestApiServer streams a watch-list: every object, the end bookmark, then changes", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  server.create("Service", svc("a", { app: "x" }));
+  server.create("Service", svc("b", { app: "y" }));
+  server.create("Service", svc("c", { app: "x" }));
+  const watch = await WatchReader.open(
+    `${server.url}/api/v1/services?watch=1&sendInitialEvents=true&allowWatchBookmarks=true` +
+      `&resourceVersionMatch=NotOlderThan&resourceVersion=0&labelSelector=app%3Dx`,
+  );
+  try {
+    assert.equal(summary(await watch.next()), "ADDED a");
+    assert.equal(summary(await watch.next()), "ADDED c");
+    const end = await watch.next();
+    assert.ok(end !== "end" && end.type === "BOOKMARK");
+    assert.deepEqual(end.object.metadata, {
+      resourceVersion: "3",
+      annotations: { "k8s.io/initial-events-end": "true" },
+    });
+    server.create("Service", svc("d", { app: "x" }));
+    const added = await watch.next();
+    assert.equal(summary(added), "ADDED d");
+    assert.ok(added !== "end" && added.object.metadata.resourceVersion === "4");
+  } finally {
+    await watch.close();
+  }
+
+  // sendInitialEvents=false: no initial state, only what changes afterwards.
+  const later = await WatchReader.open(
+    `${server.url}/api/v1/services?watch=1&sendInitialEvents=false&allowWatchBookmarks=true` +
+      `&resourceVersionMatch=NotOlderThan`,
+  );
+  try {
+    assert.ok(await later.silentFor(100));
+    server.delete("Service", { name: "a" });
+    assert.equal(summary(await later.next()), "DELETED a");
+  } finally {
+    await later.close();
+  }
+});
+
+Deno.test("TestApiServer refuses a watch-list with 422 when it is off, as an older server does", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0, watchList: false });
+  server.create("Service", svc("a"));
+  const query = "watch=1&sendInitialEvents=true&allowWatchBookmarks=true" +
+    "&resourceVersionMatch=NotOlderThan";
+  const off = await getJson(`${server.url}/api/v1/services?${query}`);
+  assert.equal(off.status, 422);
+  assert.equal(off.body.kind, "Status");
+  assert.equal(off.body.reason, "Invalid");
+  assert.match(
+    String(off.body.message),
+    /sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled/,
+  );
+  // A plain watch still works, and the feature can be turned on.
+  const plain = await WatchReader.open(`${server.url}/api/v1/services?watch=1`);
+  assert.equal(summary(await plain.next()), "ADDED a");
+  await plain.close();
+  server.setWatchList(true);
+  const on = await WatchReader.open(`${server.url}/api/v1/services?${query}`);
+  assert.equal(summary(await on.next()), "ADDED a");
+  await on.close();
+});
+
+Deno.test("TestApiServer refuses list options the real server refuses, with 422 Invalid", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  const cases: [string, RegExp][] = [
+    [
+      "watch=1&sendInitialEvents=true&allowWatchBookmarks=true",
+      /resourceVersionMatch to NotOlderThan/,
+    ],
+    [
+      "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+      /allowWatchBookmarks to true/,
+    ],
+    [
+      "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0",
+      /forbidden for list/,
+    ],
+    ["watch=1&resourceVersionMatch=NotOlderThan", /unless sendInitialEvents is provided/],
+    ["resourceVersion=0&resourceVersionMatch=Newest", /Unsupported value/],
+  ];
+  for (const [query, message] of cases) {
+    const { status, body } = await getJson(`${server.url}/api/v1/services?${query}`);
+    assert.equal(status, 422, query);
+    assert.match(String(body.message), message, query);
+  }
+});
+
+Deno.test("TestApiServer.load() stores many objects at once, as create() would one by one", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0, historyLimit: 3 });
+  server.create("Service", svc("first"));
+  const watch = await WatchReader.open(`${server.url}/api/v1/services?watch=1&resourceVersion=1`);
+  const objects = Array.from({ length: 5 }, (_, i) => svc(`bulk-${i}`));
+  server.load("Service", objects);
+  assert.equal(server.resourceVersion, 6);
+  try {
+    for (let i = 0; i < 5; i++) {
+      const event = await watch.next();
+      assert.equal(summary(event), `ADDED bulk-${i}`);
+      assert.ok(event !== "end" && event.object.metadata.resourceVersion === String(i + 2));
+    }
+  } finally {
+    await watch.close();
+  }
+  assert.throws(() => server.load("Service", [svc("other"), svc("bulk-0")]), /already exists/);
+  assert.equal(server.list("Service").length, 6);
+  // The history keeps the last 3 writes: a watch from before them is told 410.
+  const old = await WatchReader.open(`${server.url}/api/v1/services?watch=1&resourceVersion=2`);
+  const gone = await old.next();
+  assert.ok(gone !== "end" && gone.type === "ERROR" && gone.object.code === 410);
+  await old.close();
+});
+
+Deno.test("TestApiServer.traffic() counts requests and bytes by verb and query shape", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  for (let i = 0; i < 3; i++) server.create("Service", svc(`s${i}`));
+  const first = await fetch(`${server.url}/api/v1/services?limit=2`);
+  const firstBytes = (await first.arrayBuffer()).byteLength;
+  const token = (JSON.parse(
+    new TextDecoder().decode(
+      await (await fetch(`${server.url}/api/v1/services?limit=2`))
+        .arrayBuffer(),
+    ),
+  ).metadata.continue) as string;
+  await (await fetch(`${server.url}/api/v1/services?limit=2&continue=${token}`)).arrayBuffer();
+  await (await fetch(`${server.url}/api/v1/services?resourceVersion=0&limit=2`)).arrayBuffer();
+  const watch = await WatchReader.open(
+    `${server.url}/api/v1/services?watch=1&sendInitialEvents=true&allowWatchBookmarks=true` +
+      `&resourceVersionMatch=NotOlderThan&timeoutSeconds=60`,
+  );
+  for (let i = 0; i < 4; i++) await watch.next();
+  await watch.close();
+  await (await fetch(`${server.url}/api/v1`)).arrayBuffer();
+
+  const traffic = server.traffic();
+  assert.equal(traffic.list.requests, 4);
+  assert.equal(traffic.watch.requests, 1);
+  assert.equal(traffic.other.requests, 1);
+  assert.ok(traffic.list.bytes > 3 * firstBytes);
+  assert.ok(traffic.watch.bytes > 0);
+  assert.deepEqual(Object.keys(traffic.shapes).sort(), [
+    "list services continue limit=2",
+    "list services limit=2",
+    "list services limit=2 resourceVersion=0",
+    "other /api/v1",
+    "watch services allowWatchBookmarks=true resourceVersionMatch=NotOlderThan " +
+    "sendInitialEvents=true timeoutSeconds",
+  ]);
+  assert.equal(traffic.shapes["list services limit=2"].requests, 2);
+  assert.equal(traffic.shapes["list services limit=2"].bytes, 2 * firstBytes);
+  server.resetTraffic();
+  assert.deepEqual(server.traffic().list, { requests: 0, bytes: 0 });
+});
+
+Deno.test("TestApiServer listens on the address it is given", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0, hostname: "127.0.0.2" });
+  assert.equal(server.url, `http://127.0.0.2:${server.port}`);
+  assert.equal((await getJson(`${server.url}/api/v1/services`)).status, 200);
+});
