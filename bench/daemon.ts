@@ -43,6 +43,7 @@ import {
   createNamespace,
   deleteNamespace,
   ipBatch,
+  listNamespaces,
   run,
   shortId,
 } from "../tests/netns/netns.ts";
@@ -199,6 +200,13 @@ export async function runDaemonBench(
   const fixture: Fixture = { cluster, id: shortId(), upstreamBytes: 0 };
   const tmp = await Deno.makeTempDir({ prefix: "knp-bench-daemon-" });
   const results: RunResult[] = [];
+  // Interrupted: remove what this invocation made (every name starts with its prefix) first.
+  const interrupted = () => {
+    progress("interrupted: removing this run's namespaces, cgroups and files");
+    removeEverything(`knp-bench-${fixture.id}`, tmp).finally(() => Deno.exit(130));
+  };
+  const signals = ["SIGINT", "SIGTERM"] as const;
+  for (const signal of signals) Deno.addSignalListener(signal, interrupted);
   try {
     if (only.has("file")) {
       fixture.yamlFile = `${tmp}/cluster.yaml`;
@@ -245,9 +253,20 @@ export async function runDaemonBench(
       await deleteNamespace(fixture.api.ns, { killProcesses: true });
     }
     await Deno.remove(tmp, { recursive: true });
+    for (const signal of signals) Deno.removeSignalListener(signal, interrupted);
   }
   progress(`done in ${round((performance.now() - started) / 1000, 1)} s`);
   return summarizeRuns(results, options, env);
+}
+
+/** Deletes the namespaces (killing what runs in them) and cgroups named `prefix…`, and `dir`. */
+async function removeEverything(prefix: string, dir: string): Promise<void> {
+  for (const ns of await listNamespaces(prefix)) {
+    await deleteNamespace(ns, { killProcesses: true }).catch(() => {});
+  }
+  await sleep(500);
+  await removeStaleCgroups(prefix).catch(() => []);
+  await Deno.remove(dir, { recursive: true }).catch(() => {});
 }
 
 function needsApi(only: ReadonlySet<Section>): boolean {
