@@ -112,7 +112,7 @@ const MEMORY_PROBE = fileURLToPath(new URL("./memory_probe.ts", import.meta.url)
 const DENO_CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
 
 /** Facts about the machine stamped on every measurement. */
-interface Environment {
+export interface Environment {
   date: string;
   nft: string;
   kernel: string;
@@ -653,7 +653,8 @@ async function connectDuringResyncs(
   }
 }
 
-async function environment(): Promise<Environment> {
+/** The date, nft version, kernel and commit every measurement line is stamped with. */
+export async function environment(): Promise<Environment> {
   const ns = `knp-bench-${shortId()}`;
   await createNamespace(ns);
   let nft = "unknown";
