@@ -102,7 +102,7 @@ Deno.test({
         assert.match(text, /^# ip6 kube-nftproxy: no change$/m);
         assert.match(
           text,
-          /^add element ip kube-nftproxy cluster-endpoints-tcp \{ 10\.96\.0\.10 \. tcp \. 80 \. 2 comment "default\/web:http" : 10\.244\.1\.13 \. 8080 \}$/m,
+          /^add element ip kube-nftproxy cluster-endpoints-tcp \{ 10\.96\.0\.10 \. tcp \. 80 \. 2 : 10\.244\.1\.13 \. 8080 \}$/m,
         );
         assert.match(
           text,
