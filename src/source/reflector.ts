@@ -39,7 +39,17 @@ import {
   statusError,
 } from "./api_http.ts";
 
-export { ApiStatusError, Backoff, IdleTimeoutError };
+import {
+  initialEventsEnd,
+  parseWatchEvent,
+  relistEvents,
+  remembered,
+  resourceVersionOf,
+  sameVersion,
+  watchError,
+} from "./watch_events.ts";
+
+export { ApiStatusError, Backoff, IdleTimeoutError, relistEvents, remembered };
 
 /** What a reflector watches and how it behaves. */
 export interface ReflectorOptions {
@@ -85,36 +95,6 @@ export interface ReflectorOptions {
   watchList?: boolean;
   /** Aborting it stops the reflector. */
   signal: AbortSignal;
-}
-
-/**
- * The events that turn a store holding `previous` into one holding `next` (both by object
- * key): adds and updates in `next`'s order, then deletes in `previous`'s order. An object
- * whose resourceVersion is unchanged (or, without one, whose content is unchanged) gives no
- * event.
- *
- * @example
- * ```ts
- * const before = new Map([["Service/default/a", a1]]);
- * const after = new Map([["Service/default/b", b1]]);
- * relistEvents("Service", before, after); // add b, then delete a
- * ```
- */
-export function relistEvents(
-  kind: ObjectKind,
-  previous: ReadonlyMap<string, RawObject>,
-  next: ReadonlyMap<string, RawObject>,
-): ObjectEvent[] {
-  const events: ObjectEvent[] = [];
-  for (const [key, current] of next) {
-    const old = previous.get(key);
-    if (old === undefined) events.push({ kind, current });
-    else if (!sameVersion(old, current)) events.push({ kind, previous: old, current });
-  }
-  for (const [key, old] of previous) {
-    if (!next.has(key)) events.push({ kind, previous: old });
-  }
-  return events;
 }
 
 /**
@@ -484,83 +464,5 @@ export class Reflector {
   }
 }
 
-/**
- * The part of an object the store keeps: everything downstream reads of a `previous` (kind,
- * namespace and name) and what tells versions apart (resourceVersion). The whole object is
- * converted into the proxy's model as it arrives; keeping it too would hold every Service and
- * EndpointSlice twice (~100 MB at 10k services × 10 endpoints). An object without a
- * resourceVersion is kept whole, since only its content tells whether it changed.
- */
-export function remembered(object: RawObject): RawObject {
-  const metadata = isRecord(object.metadata) ? object.metadata : {};
-  if (typeof metadata.resourceVersion !== "string" || metadata.resourceVersion === "") {
-    return object;
-  }
-  const { namespace, name, resourceVersion } = metadata;
-  return {
-    kind: object.kind,
-    apiVersion: object.apiVersion,
-    metadata: namespace === undefined
-      ? { name, resourceVersion }
-      : { namespace, name, resourceVersion },
-  };
-}
-
-/** One watch event, checked for shape only. */
-interface WatchEvent {
-  readonly type: unknown;
-  readonly object: RawObject;
-}
-
-function parseWatchEvent(line: string): WatchEvent {
-  let event: unknown;
-  try {
-    event = JSON.parse(line);
-  } catch {
-    throw new Error(`the watch sent a line that is not JSON: ${line.slice(0, 100)}`);
-  }
-  if (!isRecord(event) || !isRecord(event.object)) {
-    throw new Error(`the watch sent an event without an object: ${line.slice(0, 100)}`);
-  }
-  return { type: event.type, object: event.object };
-}
-
-/** The error a watch `ERROR` event's Status stands for. */
-function watchError(object: RawObject): ApiStatusError {
-  const status = typeof object.code === "number" ? object.code : 500;
-  const reason = typeof object.reason === "string" ? object.reason : undefined;
-  const message = typeof object.message === "string" ? object.message : "watch error";
-  return new ApiStatusError(`${status} ${reason ?? ""}: ${message}`, { status, reason });
-}
-
-function resourceVersionOf(object: RawObject): string | undefined {
-  const rv = isRecord(object.metadata) ? object.metadata.resourceVersion : undefined;
-  return typeof rv === "string" && rv !== "" ? rv : undefined;
-}
-
-/** The bookmark that ends a watch-list's initial events. */
-function initialEventsEnd(object: RawObject): boolean {
-  const metadata = isRecord(object.metadata) ? object.metadata : {};
-  const annotations = isRecord(metadata.annotations) ? metadata.annotations : {};
-  return annotations["k8s.io/initial-events-end"] === "true";
-}
-
 /** One LIST page, or the error the server answered with instead. */
 type Page = { error: ApiStatusError } | { body: unknown };
-
-/** Same object version: equal resourceVersions, or equal content when one has none. */
-function sameVersion(a: RawObject, b: RawObject): boolean {
-  const rvA = isRecord(a.metadata) ? a.metadata.resourceVersion : undefined;
-  const rvB = isRecord(b.metadata) ? b.metadata.resourceVersion : undefined;
-  if (typeof rvA === "string" && rvA !== "" && typeof rvB === "string" && rvB !== "") {
-    return rvA === rvB;
-  }
-  return canonicalJson(a) === canonicalJson(b);
-}
-
-function canonicalJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) => {
-    if (!isRecord(v)) return v;
-    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]));
-  });
-}

@@ -1,0 +1,232 @@
+/**
+ * The cluster file's content: a multi-document YAML stream (or `v1 List`) of the Nodes,
+ * ServiceCIDRs, Services and EndpointSlices the proxy uses, parsed into accepted objects and
+ * one line per skipped document. Pure: no file is read here ({@link FileSource} does that).
+ *
+ * @module
+ */
+
+import { loadAll, YAMLException } from "js-yaml";
+import type { ObjectKind, RawObject } from "./events.ts";
+import { isClusterScoped, objectKey } from "./object_key.ts";
+
+/** The apiVersions accepted for each kind the proxy uses; other pairs are skipped. */
+const API_VERSIONS: Readonly<Record<ObjectKind, readonly string[]>> = {
+  Node: ["v1"],
+  Service: ["v1"],
+  EndpointSlice: ["discovery.k8s.io/v1"],
+  ServiceCIDR: ["networking.k8s.io/v1", "networking.k8s.io/v1beta1"],
+};
+
+/** One object read from a cluster file, with the kind it was accepted as. */
+export interface ClusterObject {
+  /** The kind the object was accepted as. */
+  kind: ObjectKind;
+  /** The object as parsed, namespace defaulted. */
+  object: RawObject;
+}
+
+/** What {@link parseClusterFile} found in a cluster file. */
+export interface ParsedClusterFile {
+  /** The accepted objects by {@link objectKey}, in file order. */
+  objects: Map<string, ClusterObject>;
+  /** One human-readable line per skipped document, List item or overridden duplicate. */
+  skipped: string[];
+}
+
+/** Options of {@link parseClusterFile}. */
+export interface ParseClusterFileOptions {
+  /** The file name used in error messages. Default `"<cluster file>"`. */
+  source?: string;
+}
+
+/**
+ * A cluster file could not be read or is not valid YAML. `line` and `column` (1-based) locate a
+ * syntax error when the parser reported one; `cause` carries the underlying error.
+ */
+export class ClusterFileError extends Error {
+  /** Always `"ClusterFileError"`. */
+  override name = "ClusterFileError";
+  /** The file that failed. */
+  readonly file: string;
+  /** 1-based line of a syntax error, when known. */
+  readonly line?: number;
+  /** 1-based column of a syntax error, when known. */
+  readonly column?: number;
+
+  /** Creates the error; `options.file` names the file, `cause` the underlying error. */
+  constructor(
+    message: string,
+    options: { file: string; line?: number; column?: number; cause?: unknown },
+  ) {
+    super(message, { cause: options.cause });
+    this.file = options.file;
+    this.line = options.line;
+    this.column = options.column;
+  }
+}
+
+/**
+ * Parses the text of a cluster file: a multi-document YAML stream whose documents are
+ * `v1 Node`, `networking.k8s.io/v1` (or `v1beta1`) `ServiceCIDR`, `v1 Service`,
+ * `discovery.k8s.io/v1 EndpointSlice`, or a `v1 List` of those (flattened). Empty documents are
+ * ignored. Anything else — other kinds or apiVersions, non-objects, objects without
+ * `metadata.name` — is left out with one line in `skipped`. A namespaced object without
+ * `metadata.namespace` is put in `default`, as `kubectl apply` does. When two documents have the
+ * same key the last one wins and the earlier one is reported in `skipped`.
+ *
+ * Throws {@link ClusterFileError} naming the file, line and column when the text is not valid
+ * YAML (including duplicate mapping keys). The YAML 1.2 core schema is used, so timestamps stay
+ * strings and the result is plain JSON data.
+ *
+ * @example
+ * ```ts
+ * const { objects, skipped } = parseClusterFile(
+ *   "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n",
+ *   { source: "cluster.yaml" },
+ * );
+ * objects.get("Node/node-a")?.kind; // "Node"
+ * skipped.length; // 0
+ * ```
+ */
+export function parseClusterFile(
+  text: string,
+  options: ParseClusterFileOptions = {},
+): ParsedClusterFile {
+  const source = options.source ?? "<cluster file>";
+  let documents: unknown[];
+  try {
+    documents = loadAll(text, { filename: source });
+  } catch (error) {
+    throw syntaxError(source, error);
+  }
+  const objects = new Map<string, ClusterObject>();
+  const origins = new Map<string, string>();
+  const skipped: string[] = [];
+  const accept = (where: string, kind: ObjectKind, object: RawObject): void => {
+    const key = objectKey(kind, object);
+    if (key === undefined) {
+      skipped.push(`skipping ${where} (${describe(object)}): ${identityProblem(object)}`);
+      return;
+    }
+    const earlier = origins.get(key);
+    if (earlier !== undefined) {
+      skipped.push(
+        `skipping ${earlier} (${describe(objects.get(key)!.object)}): ${where} has the same ` +
+          `key ${key}, the last one wins`,
+      );
+      objects.delete(key);
+    }
+    objects.set(key, { kind, object });
+    origins.set(key, where);
+  };
+  const visit = (where: string, value: unknown): void => {
+    if (!isRecord(value)) {
+      skipped.push(`skipping ${where}: not a Kubernetes object but ${typeName(value)}`);
+      return;
+    }
+    const { apiVersion, kind } = value;
+    if (apiVersion === "v1" && kind === "List") {
+      const items = value.items ?? [];
+      if (!Array.isArray(items)) {
+        skipped.push(`skipping ${where} (v1 List): items is ${typeName(items)}, not a list`);
+        return;
+      }
+      items.forEach((item, i) => visit(`${where} item ${i + 1}`, item));
+      return;
+    }
+    if (typeof apiVersion !== "string" || typeof kind !== "string") {
+      skipped.push(`skipping ${where} (${describe(value)}): apiVersion and kind must be strings`);
+      return;
+    }
+    if (!isObjectKind(kind)) {
+      skipped.push(`skipping ${where} (${describe(value)}): kind not used by the proxy`);
+      return;
+    }
+    const versions = API_VERSIONS[kind];
+    if (!versions.includes(apiVersion)) {
+      skipped.push(
+        `skipping ${where} (${describe(value)}): apiVersion ${apiVersion} is not supported for ` +
+          `${kind}, use ${versions.join(" or ")}`,
+      );
+      return;
+    }
+    accept(where, kind, defaultNamespace(kind, value));
+  };
+  documents.forEach((document, i) => {
+    if (document !== null && document !== undefined) visit(`document ${i + 1}`, document);
+  });
+  return { objects, skipped };
+}
+
+function syntaxError(source: string, error: unknown): ClusterFileError {
+  if (error instanceof YAMLException) {
+    const mark = error.mark;
+    if (mark !== undefined) {
+      const line = mark.line + 1;
+      const column = mark.column + 1;
+      return new ClusterFileError(
+        `cannot parse cluster file ${source}: line ${line}, column ${column}: ${error.reason}`,
+        { file: source, line, column, cause: error },
+      );
+    }
+    return new ClusterFileError(`cannot parse cluster file ${source}: ${error.reason}`, {
+      file: source,
+      cause: error,
+    });
+  }
+  return new ClusterFileError(`cannot parse cluster file ${source}: ${errorMessage(error)}`, {
+    file: source,
+    cause: error,
+  });
+}
+
+/** Namespaced objects without a namespace land in `default`, as with `kubectl apply`. */
+function defaultNamespace(kind: ObjectKind, object: RawObject): RawObject {
+  if (isClusterScoped(kind) || !isRecord(object.metadata)) return object;
+  const namespace = object.metadata.namespace;
+  if (namespace !== undefined && namespace !== null && namespace !== "") return object;
+  return { ...object, metadata: { ...object.metadata, namespace: "default" } };
+}
+
+function identityProblem(object: RawObject): string {
+  const metadata = object.metadata;
+  if (!isRecord(metadata)) return "metadata is missing";
+  if (typeof metadata.name !== "string" || metadata.name === "") {
+    return "metadata.name is missing or empty";
+  }
+  return "metadata.namespace must be a string";
+}
+
+/** `apps/v1 Deployment default/web`, with `?` for what is missing. */
+function describe(object: RawObject): string {
+  const apiVersion = typeof object.apiVersion === "string" ? object.apiVersion : "?";
+  const kind = typeof object.kind === "string" ? object.kind : "?";
+  const metadata: Record<string, unknown> = isRecord(object.metadata) ? object.metadata : {};
+  const name = typeof metadata.name === "string" && metadata.name !== ""
+    ? metadata.name
+    : "<no name>";
+  const namespace = typeof metadata.namespace === "string" && metadata.namespace !== "" &&
+      !(isObjectKind(kind) && isClusterScoped(kind))
+    ? `${metadata.namespace}/`
+    : "";
+  return `${apiVersion} ${kind} ${namespace}${name}`;
+}
+
+function isObjectKind(kind: string): kind is ObjectKind {
+  return Object.hasOwn(API_VERSIONS, kind);
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "a list";
+  return typeof value === "object" ? "an object" : `a ${typeof value}`;
+}
+
+function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
