@@ -56,7 +56,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     rm -f "$log"
     exit 0
   fi
-  detail=$(grep -E '^(E|W|Err):' "$log" | tail -n 1)
+  detail=$(grep -E '^(E|W|Err):' "$log" | head -n 1)
   problem="apt-get could not install them (${detail:-$(tail -n 1 "$log")})"
   rm -f "$log"
 elif [ "$(id -u)" != 0 ]; then
