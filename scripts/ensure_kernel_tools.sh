@@ -1,6 +1,7 @@
 #!/bin/sh
-# Makes sure of the kernel tools that `deno task demo` and the data-plane tests drive: nft
-# (nftables), iptables, conntrack and ip (iproute2). Run before `deno task demo` and
+# Makes sure of the programs that `deno task demo` and the data-plane tests run in network
+# namespaces: nft (nftables), iptables, conntrack, ip (iproute2), sysctl (procps) and curl (one
+# test reads the proxy's metrics inside a namespace). Run before `deno task demo` and
 # `deno task test` (and so by `.ci/run`); the only copy of this check.
 #
 # - Nothing missing: prints nothing.
@@ -37,7 +38,7 @@ has_tool() {
 
 tools=""
 packages=""
-for pair in nft:nftables iptables:iptables conntrack:conntrack ip:iproute2; do
+for pair in nft:nftables iptables:iptables conntrack:conntrack ip:iproute2 sysctl:procps curl:curl; do
   if ! has_tool "${pair%%:*}"; then
     tools="$tools ${pair%%:*}"
     packages="$packages ${pair#*:}"
@@ -45,7 +46,7 @@ for pair in nft:nftables iptables:iptables conntrack:conntrack ip:iproute2; do
 done
 [ -z "$packages" ] && exit 0
 
-why="the demo and the data-plane tests run nft, iptables, conntrack and ip in network namespaces"
+why="the demo and the data-plane tests run nft, iptables, conntrack, ip, sysctl and curl in network namespaces"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing$packages with apt-get (missing$tools): $why"
   log=$(mktemp)
