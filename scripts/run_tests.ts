@@ -60,20 +60,22 @@ export function verdict(
   }
   const reasons = [...new Set(run.skipReasons)].join("; ");
   const skipped = reasons !== "" && summary.ignored > 0;
+  const failed = summary.failed > 0 || code !== 0 ? `${summary.failed} failed; ` : "";
   if (opts.unitOnly) {
     const what = skipped ? `: ${summary.ignored} data-plane tests skipped on request` : "";
-    return { line: `unit tests only (deno task test:unit)${what}`, code };
+    return { line: `${failed}unit tests only (deno task test:unit)${what}`, code };
   }
   if (skipped) {
     return {
-      line: `${summary.ignored} data-plane tests skipped: ${reasons}. Not a full pass: run as ` +
-        `root with nft and ip for every test, or \`deno task test:unit\` for the others only.`,
+      line: `${failed}${summary.ignored} data-plane tests skipped: ${reasons}. Not a full pass: ` +
+        `run as root with nft and ip for every test, or \`deno task test:unit\` for the others only.`,
       code: code || 1,
     };
   }
   if (summary.ignored > 0) {
-    return { line: `${summary.ignored} tests ignored by their own declaration`, code };
+    return { line: `${failed}${summary.ignored} tests ignored by their own declaration`, code };
   }
+  if (failed !== "") return { line: `${summary.failed} failed (no test was skipped)`, code };
   return { line: "every test ran, the data-plane tests included", code };
 }
 

@@ -31,7 +31,7 @@ Deno.test("verdict() lets test:unit pass with the data-plane tests skipped on re
   });
 });
 
-Deno.test("verdict() keeps deno test's failure and reports a full run plainly", () => {
+Deno.test("verdict() keeps deno test's failure, says so, and reports a full run plainly", () => {
   const full = { passed: 529, failed: 0, ignored: 0 };
   assert.deepEqual(verdict({ code: 0, summary: full, skipReasons: [] }, { unitOnly: false }), {
     line: "every test ran, the data-plane tests included",
@@ -42,6 +42,11 @@ Deno.test("verdict() keeps deno test's failure and reports a full run plainly", 
     unitOnly: false,
   });
   assert.equal(v.code, 1);
-  assert.match(v.line, /^72 data-plane tests skipped: nft is not installed/);
+  assert.match(v.line, /^2 failed; 72 data-plane tests skipped: nft is not installed/);
+  const none = { passed: 504, failed: 29, ignored: 0 };
+  assert.deepEqual(verdict({ code: 1, summary: none, skipReasons: [] }, { unitOnly: false }), {
+    line: "29 failed (no test was skipped)",
+    code: 1,
+  });
   assert.equal(verdict({ code: 1, skipReasons: [] }, { unitOnly: false }).code, 1);
 });
