@@ -88,7 +88,7 @@ echo "root: $(plain "$work/root.log" | grep -E '^== ' | tr '\n' ' ')"
 plain "$work/root.log" | grep -E '^ +pod-[abc] +#+ [0-9]+$' || true
 plain "$work/root.log" | grep -E '^(ok|FAILED) \| [0-9]+ passed' || true
 echo "user: $(plain "$work/user.log" | grep -E '^== ' | tr '\n' ' ')"
-plain "$work/user.log" | grep -E '^(missing|# demo:|[0-9]+ data-plane tests skipped)' || true
+plain "$work/user.log" | grep -E '^(missing [a-z ]+: |# demo:|[0-9]+ data-plane tests skipped)' || true
 check "root: the demo prints pods answering and exits 0" "$work/root.log" '^== demo exit 0 '
 check "root: every pod answered" "$work/root.log" '^ +pod-c +#+ [0-9]+$'
 check "root: the tests pass with nothing ignored" "$work/root.log" '^ok \| [0-9]+ passed( \([0-9]+ steps?\))? \| 0 failed \('
