@@ -1,6 +1,6 @@
 #!/bin/sh
 # The README's two commands on a fresh machine, as a new user would run them (issue 26). Slow
-# (~15 min on 2 cores) and needs root, debootstrap, podman and runc, so it is not part of CI.
+# (~8 min on 2 cores) and needs root, debootstrap, podman and runc, so it is not part of CI.
 #
 # 1. Makes a Debian 12 root with only Node.js, npm, git and CA certificates (debootstrap
 #    minbase), imports it into podman.
