@@ -96,9 +96,9 @@ function printScriptInstead(reason: string): number {
   };
   console.log(new NftPlanner(config).plan(state, { full: true, changed }).script);
   console.log(
-    `# This is the nft script for demo/cluster.yaml; to apply it in throwaway network namespaces ` +
-      `and send traffic through it, run the demo as root on Linux with nftables and iproute2 ` +
-      `installed (here: ${reason}).`,
+    `# demo: sent no packets (${reason}); above is the nft script the proxy would apply for ` +
+      `demo/cluster.yaml. As root on Linux, \`deno task demo\` runs it in throwaway network ` +
+      `namespaces and shows which pod answers each request.`,
   );
   return 0;
 }

@@ -359,8 +359,19 @@ async function checkNetns(): Promise<NetnsSupport> {
 }
 
 /**
+ * Set by `deno task test` (scripts/run_tests.ts): a file where every test module whose gate skips
+ * the data-plane tests appends one line with the reason, so the run can end by saying so.
+ */
+export const SKIP_REPORT_ENV = "KNP_DATA_PLANE_SKIP_REPORT";
+
+/** Set to `1` by `deno task test:unit`: skip the data-plane tests even where they could run. */
+export const UNIT_ONLY_ENV = "KNP_UNIT_TESTS_ONLY";
+
+/**
  * How a data-plane test should be declared here: `ignore` when namespaces cannot be used,
- * except under `CI=true`, where the test must run and fail with `reason` (see {@link canUseNetns}).
+ * except under `CI=true`, where the test must run and fail with `reason` (see {@link canUseNetns}),
+ * and always under `KNP_UNIT_TESTS_ONLY=1` (`deno task test:unit`). A skip is reported to the
+ * file named by `KNP_DATA_PLANE_SKIP_REPORT`, when set.
  *
  * @example
  * ```ts
@@ -371,10 +382,16 @@ async function checkNetns(): Promise<NetnsSupport> {
 export async function netnsTestGate(): Promise<
   { ignore: boolean; reason?: string; assertUsable(): void }
 > {
-  const { ok, reason } = await canUseNetns();
+  const unitOnly = Deno.env.get(UNIT_ONLY_ENV) === "1";
+  const { ok, reason } = unitOnly
+    ? { ok: false, reason: "unit tests only (deno task test:unit)" }
+    : await canUseNetns();
   const ci = Deno.env.get("CI") === "true";
+  const ignore = unitOnly || (!ok && !ci);
+  const report = Deno.env.get(SKIP_REPORT_ENV);
+  if (ignore && report) await Deno.writeTextFile(report, `${reason}\n`, { append: true });
   return {
-    ignore: !ok && !ci,
+    ignore,
     reason,
     assertUsable() {
       if (!ok) throw new Error(`network namespace tests cannot run here: ${reason}`);
