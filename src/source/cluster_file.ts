@@ -19,25 +19,31 @@ const API_VERSIONS: Readonly<Record<ObjectKind, readonly string[]>> = {
 };
 
 /** One object read from a cluster file, with the kind it was accepted as. */
-export interface ClusterObject {
+export interface ClusterObject<T = RawObject> {
   /** The kind the object was accepted as. */
   kind: ObjectKind;
-  /** The object as parsed, namespace defaulted. */
-  object: RawObject;
+  /** The object as parsed, namespace defaulted (or what `keep` made of it). */
+  object: T;
 }
 
 /** What {@link parseClusterFile} found in a cluster file. */
-export interface ParsedClusterFile {
+export interface ParsedClusterFile<T = RawObject> {
   /** The accepted objects by {@link objectKey}, in file order. */
-  objects: Map<string, ClusterObject>;
+  objects: Map<string, ClusterObject<T>>;
   /** One human-readable line per skipped document, List item or overridden duplicate. */
   skipped: string[];
 }
 
 /** Options of {@link parseClusterFile}. */
-export interface ParseClusterFileOptions {
+export interface ParseClusterFileOptions<T = RawObject> {
   /** The file name used in error messages. Default `"<cluster file>"`. */
   source?: string;
+  /**
+   * What to keep of each accepted object, called as each document is parsed. Default the
+   * object itself; the file source keeps canonical JSON, so a large file is never held as
+   * objects all at once.
+   */
+  keep?: (kind: ObjectKind, object: RawObject) => T;
 }
 
 /**
@@ -89,19 +95,15 @@ export class ClusterFileError extends Error {
  * skipped.length; // 0
  * ```
  */
-export function parseClusterFile(
+export function parseClusterFile<T = RawObject>(
   text: string,
-  options: ParseClusterFileOptions = {},
-): ParsedClusterFile {
+  options: ParseClusterFileOptions<T> = {},
+): ParsedClusterFile<T> {
   const source = options.source ?? "<cluster file>";
-  let documents: unknown[];
-  try {
-    documents = loadAll(text, { filename: source });
-  } catch (error) {
-    throw syntaxError(source, error);
-  }
-  const objects = new Map<string, ClusterObject>();
-  const origins = new Map<string, string>();
+  const keep = options.keep ?? ((_kind: ObjectKind, object: RawObject) => object as T);
+  const objects = new Map<string, ClusterObject<T>>();
+  /** Where each kept key came from, and what it was: for the line of a later duplicate. */
+  const origins = new Map<string, { where: string; what: string }>();
   const skipped: string[] = [];
   const accept = (where: string, kind: ObjectKind, object: RawObject): void => {
     const key = objectKey(kind, object);
@@ -112,13 +114,13 @@ export function parseClusterFile(
     const earlier = origins.get(key);
     if (earlier !== undefined) {
       skipped.push(
-        `skipping ${earlier} (${describe(objects.get(key)!.object)}): ${where} has the same ` +
+        `skipping ${earlier.where} (${earlier.what}): ${where} has the same ` +
           `key ${key}, the last one wins`,
       );
       objects.delete(key);
     }
-    objects.set(key, { kind, object });
-    origins.set(key, where);
+    objects.set(key, { kind, object: keep(kind, object) });
+    origins.set(key, { where, what: describe(object) });
   };
   const visit = (where: string, value: unknown): void => {
     if (!isRecord(value)) {
@@ -153,17 +155,63 @@ export function parseClusterFile(
     }
     accept(where, kind, defaultNamespace(kind, value));
   };
-  documents.forEach((document, i) => {
-    if (document !== null && document !== undefined) visit(`document ${i + 1}`, document);
-  });
+  let n = 0;
+  for (const document of documents(text, source)) {
+    n++;
+    if (document !== null && document !== undefined) visit(`document ${n}`, document);
+  }
   return { objects, skipped };
 }
 
-function syntaxError(source: string, error: unknown): ClusterFileError {
+/** A line that starts a YAML document: `---` alone (or before a comment). */
+const DOCUMENT_START = /^---[ \t]*(?:#.*)?$/m;
+
+/**
+ * The documents of a YAML stream, parsed one at a time, so that a large file is never held as
+ * objects all at once: the text is cut at its `---` lines, as Kubernetes' own YAML reader cuts
+ * manifests, and each piece is parsed alone (error lines counted in the whole file). Text the
+ * cut could misread (directives, `...` ends, content after `---`) is parsed whole instead.
+ */
+function* documents(text: string, source: string): Generator<unknown> {
+  if (/^(?:%|\.\.\.|---[ \t]*[^ \t#\n])/m.test(text)) {
+    try {
+      yield* loadAll(text, { filename: source });
+    } catch (error) {
+      throw syntaxError(source, error);
+    }
+    return;
+  }
+  let line = 0;
+  let first = true;
+  for (const piece of text.split(new RegExp(DOCUMENT_START.source, "gm"))) {
+    // Before the first `---`, only content makes a document (comments and blanks do not).
+    const counts = !first || /^[ \t]*[^ \t#\n]/m.test(piece);
+    first = false;
+    if (counts) {
+      try {
+        const parsed = loadAll(piece, { filename: source });
+        if (parsed.length === 0) yield null;
+        else yield* parsed;
+      } catch (error) {
+        throw syntaxError(source, error, line);
+      }
+    }
+    line += countLines(piece);
+  }
+}
+
+/** The newlines in `text`: how many lines further the next piece starts. */
+function countLines(text: string): number {
+  let n = 0;
+  for (let i = text.indexOf("\n"); i >= 0; i = text.indexOf("\n", i + 1)) n++;
+  return n;
+}
+
+function syntaxError(source: string, error: unknown, lineOffset = 0): ClusterFileError {
   if (error instanceof YAMLException) {
     const mark = error.mark;
     if (mark !== undefined) {
-      const line = mark.line + 1;
+      const line = lineOffset + mark.line + 1;
       const column = mark.column + 1;
       return new ClusterFileError(
         `cannot parse cluster file ${source}: line ${line}, column ${column}: ${error.reason}`,

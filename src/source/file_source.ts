@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { ObjectEvent, ObjectKind, RawObject, Source, SourceHandler } from "./events.ts";
+import type { ObjectKind, RawObject, Source, SourceHandler } from "./events.ts";
 import {
   ClusterFileError,
   type ClusterObject,
@@ -133,14 +133,14 @@ export class FileSource implements Source {
         { file: this.#path, cause: error },
       );
     }
-    const parsed = parseClusterFile(text, { source: this.#path });
+    const parsed = parseClusterFile(text, { source: this.#path, keep: keepJson });
     if (this.#stopped) return;
     this.#logSkipped(parsed.skipped);
-    const { entries, events } = reconcile(parsed.objects, new Map());
+    const { entries, changes } = reconcile(parsed.objects, new Map());
     this.#state = entries;
     this.#lastSignature = signature;
     this.#handler = handler;
-    for (const event of events) handler.onEvent(event);
+    emit(handler, changes);
     handler.onSynced();
     this.#watch();
     // Catches a change made between the first stat and now, before the watcher was in place.
@@ -280,20 +280,18 @@ export class FileSource implements Source {
       this.#log(`cluster file ${this.#path} can be read again`);
       this.#readProblem = undefined;
     }
-    let parsed: ParsedClusterFile;
+    let parsed: ParsedClusterFile<string>;
     try {
-      parsed = parseClusterFile(text, { source: this.#path });
+      parsed = parseClusterFile(text, { source: this.#path, keep: keepJson });
     } catch (error) {
       if (!(error instanceof ClusterFileError)) throw error;
       this.#log(`${error.message}; keeping the ${this.#state.size} objects read last`);
       return;
     }
     this.#logSkipped(parsed.skipped);
-    const { entries, events } = reconcile(parsed.objects, this.#state);
+    const { entries, changes } = reconcile(parsed.objects, this.#state);
     this.#state = entries;
-    const handler = this.#handler;
-    if (handler === undefined) return;
-    for (const event of events) handler.onEvent(event);
+    if (this.#handler !== undefined) emit(this.#handler, changes);
   }
 
   /** Identifies the file's current version cheaply: inode, size and times, or why it has none. */
@@ -312,34 +310,47 @@ export class FileSource implements Source {
 }
 
 /**
- * The entries of a new reading and the events that lead from `previous` to it: updates and adds
- * in the new file's order, then deletes in the old file's order. An object whose content equals
- * its entry in `previous` keeps that entry and gives no event.
+ * The entries of a new reading and the changes that lead from `previous` to it: updates and
+ * adds in the new file's order, then deletes in the old file's order. An object whose content
+ * equals its entry in `previous` keeps that entry and gives no change.
  */
 function reconcile(
-  objects: ReadonlyMap<string, ClusterObject>,
+  objects: ReadonlyMap<string, ClusterObject<string>>,
   previous: ReadonlyMap<string, Entry>,
-): { entries: Map<string, Entry>; events: ObjectEvent[] } {
+): { entries: Map<string, Entry>; changes: Change[] } {
   const entries = new Map<string, Entry>();
-  const events: ObjectEvent[] = [];
-  for (const [key, { kind, object }] of objects) {
-    const json = canonicalJson(object);
+  const changes: Change[] = [];
+  for (const [key, { kind, object: json }] of objects) {
     const old = previous.get(key);
     if (old !== undefined && old.json === json) {
       entries.set(key, old);
       continue;
     }
-    entries.set(key, { kind, json, identity: identity(kind, object) });
-    events.push(
-      old === undefined
-        ? { kind, current: object }
-        : { kind, previous: old.identity, current: object },
-    );
+    entries.set(key, { kind, json, identity: identity(kind, JSON.parse(json) as RawObject) });
+    changes.push({ kind, previous: old?.identity, json });
   }
   for (const [key, old] of previous) {
-    if (!objects.has(key)) events.push({ kind: old.kind, previous: old.identity });
+    if (!objects.has(key)) changes.push({ kind: old.kind, previous: old.identity });
   }
-  return { entries, events };
+  return { entries, changes };
+}
+
+/**
+ * One change of a new reading: its object is made from the JSON only as it is emitted, so a
+ * reading is never held as objects all at once.
+ */
+interface Change {
+  readonly kind: ObjectKind;
+  readonly previous?: RawObject;
+  /** The new content, absent for a delete. */
+  readonly json?: string;
+}
+
+function emit(handler: SourceHandler, changes: readonly Change[]): void {
+  for (const { kind, previous, json } of changes) {
+    const current = json === undefined ? undefined : JSON.parse(json) as RawObject;
+    handler.onEvent(previous === undefined ? { kind, current } : { kind, previous, current });
+  }
 }
 
 /** What a later event's `previous` carries of an object: its kind, apiVersion and name. */
@@ -351,6 +362,11 @@ function identity(kind: ObjectKind, object: RawObject): RawObject {
     apiVersion: object.apiVersion,
     metadata: namespace === undefined ? { name } : { namespace, name },
   };
+}
+
+/** What a reading keeps of each object: its canonical JSON. */
+function keepJson(_kind: ObjectKind, object: RawObject): string {
+  return canonicalJson(object);
 }
 
 /** JSON with every object's keys sorted, so equal content gives equal text. */

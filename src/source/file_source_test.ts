@@ -289,6 +289,33 @@ Deno.test("parseClusterFile() treats a duplicate mapping key as a syntax error",
   );
 });
 
+Deno.test("parseClusterFile() names the line of a syntax error in a later document", () => {
+  const broken = "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-b\n   labels: {}\n";
+  const text = `# cluster\n---\n${node("node-a", "192.168.77.1")}--- # next\n${broken}`;
+  const line = text.split("\n").findIndex((l) => l === "   labels: {}") + 1;
+  assert.throws(
+    () => parseClusterFile(text, { source: "c.yaml" }),
+    (e: unknown) => e instanceof ClusterFileError && e.line === line && e.column === 10,
+  );
+});
+
+Deno.test("parseClusterFile() reads a stream cut at its --- lines as it reads it whole", () => {
+  const texts = [
+    `# comments only\n\n---\n${node("a", "192.168.77.1")}---\n---\n${node("b", "192.168.77.2")}`,
+    `${node("a", "192.168.77.1")}--- # a comment\n42\n---\n${node("a", "192.168.77.9")}---\n`,
+    `apiVersion: v1\nkind: Node\nmetadata:\n  name: c\n  annotations:\n    note: |\n      ---\n      not a separator\n`,
+    // Directives and document ends: read whole.
+    `%YAML 1.2\n---\n${node("d", "192.168.77.4")}...\n---\n${node("e", "192.168.77.5")}`,
+  ];
+  for (const text of texts) {
+    const cut = parseClusterFile(text);
+    // The same stream read in one piece: "---" joined to a line the cut leaves alone.
+    const whole = parseClusterFile(`%YAML 1.2\n---\n${text.replace(/^%YAML 1\.2\n---\n/, "")}`);
+    assert.deepEqual([...cut.objects], [...whole.objects], text);
+    assert.deepEqual(cut.skipped.length, whole.skipped.length, text);
+  }
+});
+
 // ---------------------------------------------------------------------------------------------
 // FileSource
 
