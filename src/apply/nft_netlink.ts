@@ -192,10 +192,11 @@ export function readMessages(data: Uint8Array, seq: number, out: KernelElement[]
         throw new NetlinkError(`the kernel refused: ${errnoName(errno)}`, errno);
       }
       // 16 bytes of header, 4 of nfgenmsg, then the attributes.
-      for (const [attrType, value] of attributes(data, offset + 20, offset + length)) {
-        if (attrType !== NFTA_SET_ELEM_LIST_ELEMENTS) continue;
-        for (const [elemType, elem] of attributes(value)) {
-          if (elemType === NFTA_LIST_ELEM) out.push(element(elem));
+      const elements = find(view, offset + 20, offset + length, NFTA_SET_ELEM_LIST_ELEMENTS);
+      if (elements >= 0) {
+        const end = elements + view.getUint16(elements, true);
+        for (let at = elements + 4; at + 4 <= end; at = next(view, at)) {
+          if (type4(view, at) === NFTA_LIST_ELEM) out.push(element(view, at));
         }
       }
     }
@@ -204,73 +205,87 @@ export function readMessages(data: Uint8Array, seq: number, out: KernelElement[]
   return false;
 }
 
-function element(data: Uint8Array): KernelElement {
+/** The element whose NFTA_LIST_ELEM attribute starts at `at`. */
+function element(view: DataView, at: number): KernelElement {
   let key = new Uint8Array();
   let comment = "";
   let packets: number | undefined;
-  for (const [type, value] of attributes(data)) {
+  const end = at + view.getUint16(at, true);
+  for (let a = at + 4; a + 4 <= end; a = next(view, a)) {
+    const type = type4(view, a);
     if (type === NFTA_SET_ELEM_KEY) {
-      for (const [t, v] of attributes(value)) if (t === NFTA_DATA_VALUE) key = v.slice();
+      const value = find(view, a + 4, a + view.getUint16(a, true), NFTA_DATA_VALUE);
+      if (value >= 0) key = bytes(view, value + 4, value + view.getUint16(value, true)).slice();
     } else if (type === NFTA_SET_ELEM_USERDATA) {
-      comment = userDataComment(value);
+      comment = userDataComment(view, a + 4, a + view.getUint16(a, true));
     } else if (type === NFTA_SET_ELEM_EXPR) {
-      packets ??= counterPackets(value);
+      packets ??= counterPackets(view, a);
     } else if (type === NFTA_SET_ELEM_EXPRESSIONS) {
-      for (const [t, expr] of attributes(value)) {
-        if (t === NFTA_LIST_ELEM) packets ??= counterPackets(expr);
+      const listEnd = a + view.getUint16(a, true);
+      for (let e = a + 4; e + 4 <= listEnd; e = next(view, e)) {
+        if (type4(view, e) === NFTA_LIST_ELEM) packets ??= counterPackets(view, e);
       }
     }
   }
   return packets === undefined ? { key, comment } : { key, comment, packets };
 }
 
-/** A counter expression's packets, or undefined for another expression. */
-function counterPackets(expr: Uint8Array): number | undefined {
-  let name = "";
-  let data: Uint8Array | undefined;
-  for (const [type, value] of attributes(expr)) {
-    if (type === NFTA_EXPR_NAME) name = cString(value);
-    if (type === NFTA_EXPR_DATA) data = value;
+/** The packets of the counter expression whose attribute starts at `at`, or undefined. */
+function counterPackets(view: DataView, at: number): number | undefined {
+  const end = at + view.getUint16(at, true);
+  const name = find(view, at + 4, end, NFTA_EXPR_NAME);
+  if (name < 0 || text(view, name + 4, name + view.getUint16(name, true)) !== "counter") {
+    return undefined;
   }
-  if (name !== "counter" || data === undefined) return undefined;
-  for (const [type, value] of attributes(data)) {
-    if (type === NFTA_COUNTER_PACKETS && value.length >= 8) {
-      return Number(new DataView(value.buffer, value.byteOffset, 8).getBigUint64(0, false));
-    }
-  }
-  return 0;
+  const data = find(view, at + 4, end, NFTA_EXPR_DATA);
+  if (data < 0) return 0;
+  const packets = find(view, data + 4, data + view.getUint16(data, true), NFTA_COUNTER_PACKETS);
+  if (packets < 0 || view.getUint16(packets, true) < 12) return 0;
+  return Number(view.getBigUint64(packets + 4, false));
 }
 
 /** The comment in libnftnl's element user data (type, length, value records). */
-function userDataComment(data: Uint8Array): string {
-  for (let offset = 0; offset + 2 <= data.length;) {
-    const type = data[offset];
-    const length = data[offset + 1];
-    if (type === UDATA_SET_ELEM_COMMENT) {
-      return cString(data.subarray(offset + 2, offset + 2 + length));
-    }
+function userDataComment(view: DataView, start: number, end: number): string {
+  for (let offset = start; offset + 2 <= end;) {
+    const type = view.getUint8(offset);
+    const length = view.getUint8(offset + 1);
+    if (type === UDATA_SET_ELEM_COMMENT) return text(view, offset + 2, offset + 2 + length);
     offset += 2 + length;
   }
   return "";
 }
 
-/** The attributes in `data[start, end)`: [type without flags, value]. */
-function* attributes(
-  data: Uint8Array,
-  start = 0,
-  end = data.length,
-): Generator<[number, Uint8Array]> {
-  const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
-  for (let offset = start; offset + 4 <= end;) {
-    const length = view.getUint16(offset, true);
-    if (length < 4 || offset + length > end) return;
-    yield [
-      view.getUint16(offset + 2, true) & NLA_TYPE_MASK,
-      data.subarray(offset + 4, offset + length),
-    ];
-    offset += align(length);
+/** Where the first attribute of `type` in `[start, end)` starts, or -1. */
+function find(view: DataView, start: number, end: number, type: number): number {
+  for (let at = start; at + 4 <= end; at = next(view, at)) {
+    if (type4(view, at) === type) return at;
   }
+  return -1;
 }
+
+/** The attribute after the one at `at` (past the end when it is malformed). */
+function next(view: DataView, at: number): number {
+  const length = view.getUint16(at, true);
+  return length < 4 ? Number.MAX_SAFE_INTEGER : at + align(length);
+}
+
+/** An attribute's type, without the nested and byte-order flags. */
+function type4(view: DataView, at: number): number {
+  return view.getUint16(at + 2, true) & NLA_TYPE_MASK;
+}
+
+function bytes(view: DataView, start: number, end: number): Uint8Array {
+  return new Uint8Array(view.buffer, view.byteOffset + start, Math.max(0, end - start));
+}
+
+/** A NUL-terminated ASCII/UTF-8 string in `[start, end)`. */
+function text(view: DataView, start: number, end: number): string {
+  let stop = start;
+  while (stop < end && view.getUint8(stop) !== 0) stop++;
+  return DECODER.decode(bytes(view, start, stop));
+}
+
+const DECODER = new TextDecoder();
 
 function stringAttr(type: number, text: string): Uint8Array {
   const bytes = new TextEncoder().encode(text);
@@ -281,11 +296,6 @@ function stringAttr(type: number, text: string): Uint8Array {
   view.setUint16(2, type, true);
   attr.set(bytes, 4);
   return attr;
-}
-
-function cString(bytes: Uint8Array): string {
-  const end = bytes.indexOf(0);
-  return new TextDecoder().decode(end < 0 ? bytes : bytes.subarray(0, end));
 }
 
 function align(n: number): number {
