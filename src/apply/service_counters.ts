@@ -148,6 +148,8 @@ export class ServiceCounters {
   #last = new Map<string, number>();
   /** Total per service-port comment. */
   readonly #totals = new Map<string, number>();
+  /** The comments of {@link #totals}, sorted, with their parts. */
+  #sorted: { comment: string; name: { namespace: string; service: string; port: string } }[] = [];
   #inFlight: Promise<ServiceConnections[]> | undefined;
 
   /** Reads elements through `reader` on each {@link read}. */
@@ -175,9 +177,17 @@ export class ServiceCounters {
       this.#totals.set(e.comment, (this.#totals.get(e.comment) ?? 0) + delta);
     }
     this.#last = seen;
-    return [...this.#totals].sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0).map(
-      ([comment, connections]) => ({ ...parsePortComment(comment)!, connections }),
-    );
+    if (this.#sorted.length !== this.#totals.size) {
+      // A new service port: the names are parsed and sorted once, not at every scrape.
+      this.#sorted = [...this.#totals.keys()].sort().map((comment) => ({
+        comment,
+        name: parsePortComment(comment)!,
+      }));
+    }
+    return this.#sorted.map(({ comment, name }) => ({
+      ...name,
+      connections: this.#totals.get(comment)!,
+    }));
   }
 }
 
@@ -203,8 +213,7 @@ export function netlinkServiceCounterReader(
         for (const map of COUNTED_MAPS) {
           for (const e of await dumpSetElementsOrNone(family, table, map)) {
             if (e.packets === undefined || !parsePortComment(e.comment)) continue;
-            const key = [...e.key].map((b) => b.toString(16).padStart(2, "0")).join("");
-            out.push({ family, map, key, comment: e.comment, packets: e.packets });
+            out.push({ family, map, key: hex(e.key), comment: e.comment, packets: e.packets });
           }
         }
       }
@@ -215,6 +224,14 @@ export function netlinkServiceCounterReader(
     }
     return out;
   };
+}
+
+const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
+
+function hex(bytes: Uint8Array): string {
+  let text = "";
+  for (const b of bytes) text += HEX[b];
+  return text;
 }
 
 /** The elements, or none when the table or map does not exist (ENOENT). */
