@@ -1,10 +1,10 @@
 /**
- * Reading one set's elements straight from the kernel over netlink (`NFT_MSG_GETSETELEM`),
- * through libc by Deno's FFI: no `nft` child, and none of the whole-table cache nft builds
+ * Reading one set's elements (`NFT_MSG_GETSETELEM`) or one chain's rules (`NFT_MSG_GETRULE`)
+ * straight from the kernel over netlink, through libc by Deno's FFI: no `nft` child, and none of the whole-table cache nft builds
  * before it prints anything (DESIGN §3). At 10k services the dispatch map's 10k counters
  * read in a few ms this way; `nft -j list map` takes 0.3 s of CPU and 48 MB.
  *
- * Only reads: one dump request, filtered by the kernel to one table and set, on a socket of
+ * Only reads: one dump request, filtered by the kernel to one table and set or chain, on a socket of
  * the calling process's network namespace. Messages are built and parsed here (netlink's
  * type-length-value attributes, `linux/netfilter/nf_tables.h`); nothing else uses them.
  *
@@ -47,7 +47,15 @@ const NLMSG_DONE = 3;
 const NLA_TYPE_MASK = 0x3fff;
 
 const NFNL_SUBSYS_NFTABLES = 10;
+const NFT_MSG_GETRULE = 7;
 const NFT_MSG_GETSETELEM = 13;
+const NFTA_RULE_TABLE = 1;
+const NFTA_RULE_CHAIN = 2;
+const NFTA_RULE_EXPRESSIONS = 4;
+const NFTA_IMMEDIATE_DATA = 2;
+const NFTA_DATA_VERDICT = 2;
+const NFTA_VERDICT_CHAIN = 2;
+const NFTA_LOOKUP_SET = 1;
 const NFTA_SET_ELEM_LIST_TABLE = 1;
 const NFTA_SET_ELEM_LIST_SET = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
@@ -116,6 +124,58 @@ export async function dumpSetElements(
   table: string,
   set: string,
 ): Promise<KernelElement[]> {
+  const elements: KernelElement[] = [];
+  await dump(NFT_MSG_GETSETELEM, family, [
+    stringAttr(NFTA_SET_ELEM_LIST_TABLE, table),
+    stringAttr(NFTA_SET_ELEM_LIST_SET, set),
+  ], (view, start, end) => readElements(view, start, end, elements));
+  return elements;
+}
+
+/** What a rule does, as far as the rules check needs to know. */
+export interface KernelRule {
+  /** Chains the rule jumps or goes to (`immediate` verdicts). */
+  readonly jumps: readonly string[];
+  /** Sets and maps the rule looks up. */
+  readonly lookups: readonly string[];
+}
+
+/**
+ * The rules of chain `chain` in table `family table`, in order; none when the table or chain
+ * does not exist (the kernel filters the dump by both). Throws {@link NetlinkError} when
+ * netlink cannot be used here.
+ */
+export async function dumpRules(
+  family: string,
+  table: string,
+  chain: string,
+): Promise<KernelRule[]> {
+  const rules: KernelRule[] = [];
+  try {
+    await dump(NFT_MSG_GETRULE, family, [
+      stringAttr(NFTA_RULE_TABLE, table),
+      stringAttr(NFTA_RULE_CHAIN, chain),
+    ], (view, start, end) => {
+      const expressions = find(view, start, end, NFTA_RULE_EXPRESSIONS);
+      if (expressions >= 0) rules.push(readRule(view, expressions));
+    });
+  } catch (error) {
+    if (error instanceof NetlinkError && error.errno === 2) return [];
+    throw error;
+  }
+  return rules;
+}
+
+/**
+ * Sends one dump request and hands each answering message's attributes (`[start, end)` of
+ * `view`) to `onMessage`, until the dump ends.
+ */
+async function dump(
+  type: number,
+  family: string,
+  attrs: readonly Uint8Array[],
+  onMessage: (view: DataView, start: number, end: number) => void,
+): Promise<void> {
   const c = openLibc().symbols;
   const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0) throw errnoError(c, "cannot open a netfilter netlink socket");
@@ -124,16 +184,15 @@ export async function dumpSetElements(
     const timeout = new BigInt64Array([2n, 0n]); // struct timeval: 2 s
     c.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, new Uint8Array(timeout.buffer), 16);
     const seq = Date.now() >>> 0;
-    const request = getSetElementsRequest(FAMILIES[family] ?? 0, table, set, seq);
+    const request = dumpRequest(type, FAMILIES[family] ?? 0, attrs, seq);
     if (Number(c.send(fd, request, BigInt(request.length), 0)) !== request.length) {
       throw errnoError(c, "cannot send the netlink request");
     }
-    const elements: KernelElement[] = [];
     const buffer = new Uint8Array(1 << 17);
     for (let reads = 0; reads < 1_000_000; reads++) {
       const n = Number(c.recv(fd, buffer, BigInt(buffer.length), 0));
       if (n < 0) throw errnoError(c, "cannot read the netlink answer");
-      if (readMessages(buffer.subarray(0, n), seq, elements)) return elements;
+      if (readMessages(buffer.subarray(0, n), seq, onMessage)) return;
       // Each read blocks for a moment only (~1 ms); every few, let the daemon's servers answer.
       if (reads % 8 === 7) await new Promise((resolve) => setTimeout(resolve, 0));
     }
@@ -150,15 +209,23 @@ export function getSetElementsRequest(
   set: string,
   seq: number,
 ): Uint8Array {
-  const attrs = [
+  return dumpRequest(NFT_MSG_GETSETELEM, family, [
     stringAttr(NFTA_SET_ELEM_LIST_TABLE, table),
     stringAttr(NFTA_SET_ELEM_LIST_SET, set),
-  ];
+  ], seq);
+}
+
+function dumpRequest(
+  type: number,
+  family: number,
+  attrs: readonly Uint8Array[],
+  seq: number,
+): Uint8Array {
   const length = 16 + 4 + attrs.reduce((sum, a) => sum + a.length, 0);
   const message = new Uint8Array(length);
   const view = new DataView(message.buffer);
   view.setUint32(0, length, true);
-  view.setUint16(4, (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETSETELEM, true);
+  view.setUint16(4, (NFNL_SUBSYS_NFTABLES << 8) | type, true);
   view.setUint16(6, NLM_F_REQUEST | NLM_F_DUMP, true);
   view.setUint32(8, seq, true);
   view.setUint32(12, 0, true);
@@ -171,11 +238,45 @@ export function getSetElementsRequest(
   return message;
 }
 
+/** The jumps and lookups of the rule whose NFTA_RULE_EXPRESSIONS attribute starts at `at`. */
+function readRule(view: DataView, at: number): KernelRule {
+  const jumps: string[] = [];
+  const lookups: string[] = [];
+  const end = at + view.getUint16(at, true);
+  for (let e = at + 4; e + 4 <= end; e = next(view, e)) {
+    if (type4(view, e) !== NFTA_LIST_ELEM) continue;
+    const exprEnd = e + view.getUint16(e, true);
+    const name = find(view, e + 4, exprEnd, NFTA_EXPR_NAME);
+    const data = find(view, e + 4, exprEnd, NFTA_EXPR_DATA);
+    if (name < 0 || data < 0) continue;
+    const kind = text(view, name + 4, name + view.getUint16(name, true));
+    const dataEnd = data + view.getUint16(data, true);
+    if (kind === "lookup") {
+      const set = find(view, data + 4, dataEnd, NFTA_LOOKUP_SET);
+      if (set >= 0) lookups.push(text(view, set + 4, set + view.getUint16(set, true)));
+    } else if (kind === "immediate") {
+      const value = find(view, data + 4, dataEnd, NFTA_IMMEDIATE_DATA);
+      if (value < 0) continue;
+      const verdict = find(view, value + 4, value + view.getUint16(value, true), NFTA_DATA_VERDICT);
+      if (verdict < 0) continue;
+      const verdictEnd = verdict + view.getUint16(verdict, true);
+      const chain = find(view, verdict + 4, verdictEnd, NFTA_VERDICT_CHAIN);
+      if (chain >= 0) jumps.push(text(view, chain + 4, chain + view.getUint16(chain, true)));
+    }
+  }
+  return { jumps, lookups };
+}
+
 /**
- * Appends the elements of every message in `data` to `out`; true once the dump's end
- * (`NLMSG_DONE`) was read. Throws {@link NetlinkError} on an error message.
+ * Hands every answering message in `data` to `onMessage` (its attributes: `[start, end)` of
+ * the view); true once the dump's end (`NLMSG_DONE`) was read. Throws {@link NetlinkError} on
+ * an error message.
  */
-export function readMessages(data: Uint8Array, seq: number, out: KernelElement[]): boolean {
+export function readMessages(
+  data: Uint8Array,
+  seq: number,
+  onMessage: (view: DataView, start: number, end: number) => void,
+): boolean {
   const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
   let offset = 0;
   while (offset + 16 <= data.length) {
@@ -192,17 +293,26 @@ export function readMessages(data: Uint8Array, seq: number, out: KernelElement[]
         throw new NetlinkError(`the kernel refused: ${errnoName(errno)}`, errno);
       }
       // 16 bytes of header, 4 of nfgenmsg, then the attributes.
-      const elements = find(view, offset + 20, offset + length, NFTA_SET_ELEM_LIST_ELEMENTS);
-      if (elements >= 0) {
-        const end = elements + view.getUint16(elements, true);
-        for (let at = elements + 4; at + 4 <= end; at = next(view, at)) {
-          if (type4(view, at) === NFTA_LIST_ELEM) out.push(element(view, at));
-        }
-      }
+      onMessage(view, offset + 20, offset + length);
     }
     offset += align(length);
   }
   return false;
+}
+
+/** Appends the elements of one GETSETELEM answer (attributes in `[start, end)`) to `out`. */
+export function readElements(
+  view: DataView,
+  start: number,
+  end: number,
+  out: KernelElement[],
+): void {
+  const elements = find(view, start, end, NFTA_SET_ELEM_LIST_ELEMENTS);
+  if (elements < 0) return;
+  const listEnd = elements + view.getUint16(elements, true);
+  for (let at = elements + 4; at + 4 <= listEnd; at = next(view, at)) {
+    if (type4(view, at) === NFTA_LIST_ELEM) out.push(element(view, at));
+  }
 }
 
 /** The element whose NFTA_LIST_ELEM attribute starts at `at`. */

@@ -10,6 +10,7 @@ import {
   getSetElementsRequest,
   type KernelElement,
   NetlinkError,
+  readElements,
   readMessages,
 } from "./nft_netlink.ts";
 import { parseElementCounts } from "./service_counters.ts";
@@ -69,8 +70,10 @@ Deno.test("readMessages() reads each element's key, comment and counter, and the
   const elements = attr(3 | 0x8000, concat(element, plain));
   const body = concat(new Uint8Array([2, 0, 0, 0]), attr(1, text("t")), elements);
   const out: KernelElement[] = [];
-  assert.equal(readMessages(message((10 << 8) | 12, 9, body), 9, out), false);
-  assert.equal(readMessages(message(3, 9, new Uint8Array(4)), 9, out), true);
+  const collect = (view: DataView, start: number, end: number) =>
+    readElements(view, start, end, out);
+  assert.equal(readMessages(message((10 << 8) | 12, 9, body), 9, collect), false);
+  assert.equal(readMessages(message(3, 9, new Uint8Array(4)), 9, collect), true);
   assert.deepEqual(out, [
     { key, comment: "default/web:http", packets: 7 },
     { key: new Uint8Array([10, 96, 0, 2]), comment: "" },
@@ -81,7 +84,7 @@ Deno.test("readMessages() turns the kernel's error answer into a NetlinkError wi
   const error = new Uint8Array(4);
   new DataView(error.buffer).setInt32(0, -2, true);
   assert.throws(
-    () => readMessages(message(2, 9, error), 9, []),
+    () => readMessages(message(2, 9, error), 9, () => {}),
     (e: unknown) => e instanceof NetlinkError && e.errno === 2 && /ENOENT/.test(e.message),
   );
 });

@@ -101,3 +101,49 @@ Deno.test({
     }
   },
 });
+
+/** nftRulesIntactNetlink() run inside `ns`: a netlink socket reads its own namespace. */
+async function netlinkIntactIn(ns: string, families: string[]): Promise<boolean> {
+  const module = JSON.stringify(new URL("./nft_watch.ts", import.meta.url).href);
+  const out = await new Deno.Command("ip", {
+    args: [
+      "netns",
+      "exec",
+      ns,
+      Deno.execPath(),
+      "eval",
+      `import { nftRulesIntactNetlink } from ${module};
+       console.log(await nftRulesIntactNetlink("kube-nftproxy", ${JSON.stringify(families)}));`,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  return JSON.parse(new TextDecoder().decode(out.stdout));
+}
+
+Deno.test({
+  name: "nftRulesIntactNetlink() reads the dispatch chains over netlink and sees the same " +
+    "removals as the nft check, in the kernel",
+  ignore: gate.ignore,
+  async fn() {
+    const ns = `knp-${shortId()}-watchnl`;
+    try {
+      await createNamespace(ns);
+      await applyNft(await Deno.readTextFile(GOLDEN), { netns: ns });
+      assert.equal(await netlinkIntactIn(ns, ["ip", "ip6"]), true);
+      await applyNft("flush chain ip6 kube-nftproxy services\n", { netns: ns });
+      assert.equal(await netlinkIntactIn(ns, ["ip", "ip6"]), false);
+      assert.equal(await netlinkIntactIn(ns, ["ip"]), true);
+      await applyNft("flush chain ip kube-nftproxy nat-prerouting\n", { netns: ns });
+      assert.equal(await netlinkIntactIn(ns, ["ip"]), false);
+      await applyNft(await Deno.readTextFile(GOLDEN), { netns: ns });
+      await applyNft("delete chain ip6 kube-nftproxy nat-prerouting\n", { netns: ns });
+      assert.equal(await netlinkIntactIn(ns, ["ip6"]), false);
+      await applyNft("flush ruleset\n", { netns: ns });
+      assert.equal(await netlinkIntactIn(ns, ["ip"]), false);
+    } finally {
+      await deleteNamespace(ns);
+    }
+  },
+});

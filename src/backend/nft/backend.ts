@@ -2,8 +2,8 @@
  * The nft back end: the `ip` and `ip6` `kube-nftproxy` tables, each sync one `nft -f`
  * transaction (src/render/nft renders it, src/apply/nft.ts loads it).
  *
- * Besides planning and applying, nft mode notices removed rules with one check-only `nft -c`
- * run that reads no set elements (apply/nft_watch.ts), reads per-service connection counters
+ * Besides planning and applying, nft mode notices removed rules by reading its two dispatch
+ * chains over netlink (apply/nft_watch.ts; one check-only `nft -c` where FFI is not allowed), reads per-service connection counters
  * from the dispatch maps over netlink (apply/service_counters.ts, apply/nft_netlink.ts), deletes stale ClientIP affinity entries from the
  * shared IPv4 map (apply/affinity.ts), and diffs a dry run against the listed tables
  * (dryrun/, loaded only for a dry run).
@@ -18,7 +18,7 @@ import {
   nftFamilySupport,
   type NftRunnerOptions,
 } from "../../apply/nft.ts";
-import { nftRulesIntact } from "../../apply/nft_watch.ts";
+import { nftRulesChecker } from "../../apply/nft_watch.ts";
 import {
   netlinkServiceCounterReader,
   nftServiceCounterReader,
@@ -84,7 +84,7 @@ function nftProxier(
   return {
     planner,
     apply: (script) => applyNft(script, nft),
-    rulesIntact: () => nftRulesIntact(table, { ...nft, families: nftFamilies }),
+    rulesIntact: nftRulesChecker(table, { ...nft, families: nftFamilies }),
     cleanStaleAffinity: () => cleanStaleAffinity(planner, { table, ...nft }),
     serviceConnections: () => counters.read(),
   };
