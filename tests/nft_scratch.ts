@@ -12,6 +12,11 @@ export interface Scratch {
   readonly ns: string;
   load(script: string): Promise<void>;
   list(family: "ip" | "ip6", table?: string): Promise<string>;
+  /**
+   * Runs `code` (a module body) with Deno inside the namespace and returns what it printed:
+   * for code whose sockets must belong to the namespace, as netlink's do.
+   */
+  evaluate(code: string): Promise<string>;
 }
 
 /** The gate for tests that need a kernel (skipped without root/nft, failing under CI=true). */
@@ -30,6 +35,16 @@ export async function withScratch<T>(fn: (scratch: Scratch) => Promise<T>): Prom
         const out = await runNft(["list", "table", family, table], { netns: ns });
         if (out.code !== 0) throw new Error(out.stderr);
         return out.stdout;
+      },
+      evaluate: async (code) => {
+        const out = await new Deno.Command("ip", {
+          args: ["netns", "exec", ns, Deno.execPath(), "eval", code],
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+        const decoder = new TextDecoder();
+        if (!out.success) throw new Error(decoder.decode(out.stderr));
+        return decoder.decode(out.stdout);
       },
     });
   } finally {

@@ -1,11 +1,5 @@
 import assert from "node:assert/strict";
-import {
-  createNamespace,
-  deleteNamespace,
-  netnsTestGate,
-  shortId,
-} from "../../tests/netns/netns.ts";
-import { applyNft } from "./nft.ts";
+import { kernelGate, withScratch } from "../../tests/nft_scratch.ts";
 import {
   getSetElementsRequest,
   type KernelElement,
@@ -16,7 +10,7 @@ import {
 import { parseElementCounts } from "./service_counters.ts";
 import { runNft } from "./nft.ts";
 
-const gate = await netnsTestGate();
+const GOLDEN = new URL("../../nft/golden/clusterip.nft", import.meta.url);
 
 /** One netlink attribute: length, type, value padded to 4 bytes. */
 function attr(type: number, value: Uint8Array): Uint8Array {
@@ -91,45 +85,22 @@ Deno.test("readMessages() turns the kernel's error answer into a NetlinkError wi
 
 Deno.test({
   name: "dumpSetElements() reads the same counted elements as nft -j list map, in the kernel",
-  ignore: gate.ignore,
-  async fn() {
-    const ns = `knp-${shortId()}-netlink`;
-    try {
-      await createNamespace(ns);
-      const golden = new URL("../../nft/golden/clusterip.nft", import.meta.url);
-      await applyNft(await Deno.readTextFile(golden), { netns: ns });
-      // The socket belongs to the caller's namespace, so the dump runs in a child there.
-      const child = new Deno.Command("ip", {
-        args: [
-          "netns",
-          "exec",
-          ns,
-          Deno.execPath(),
-          "eval",
-          `import { dumpSetElements } from ${
-            JSON.stringify(new URL("./nft_netlink.ts", import.meta.url).href)
-          };
-           const els = await dumpSetElements("ip", "kube-nftproxy", "service-ips");
-           console.log(JSON.stringify(els.map((e) => [e.comment, e.packets, e.key.length])));`,
-        ],
-        stdout: "piped",
-        stderr: "piped",
-      });
-      const out = await child.output();
-      assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-      const viaNetlink = JSON.parse(new TextDecoder().decode(out.stdout)) as [
-        string,
-        number,
-        number,
-      ][];
+  ignore: kernelGate.ignore,
+  fn: () =>
+    withScratch(async (scratch) => {
+      await scratch.load(await Deno.readTextFile(GOLDEN));
+      const module = JSON.stringify(new URL("./nft_netlink.ts", import.meta.url).href);
+      const printed = await scratch.evaluate(
+        `import { dumpSetElements } from ${module};
+         const els = await dumpSetElements("ip", "kube-nftproxy", "service-ips");
+         console.log(JSON.stringify(els.map((e) => [e.comment, e.packets, e.key.length])));`,
+      );
+      const viaNetlink = JSON.parse(printed) as [string, number, number][];
       const listed = await runNft(["-j", "list", "map", "ip", "kube-nftproxy", "service-ips"], {
-        netns: ns,
+        netns: scratch.ns,
       });
       const viaNft = parseElementCounts(listed.stdout).map((e) => [e.comment, e.packets, 12]);
       assert.ok(viaNft.length > 0);
       assert.deepEqual(viaNetlink.sort(), viaNft.sort());
-    } finally {
-      await deleteNamespace(ns);
-    }
-  },
+    }),
 });

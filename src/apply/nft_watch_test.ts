@@ -6,6 +6,7 @@ import {
   shortId,
 } from "../../tests/netns/netns.ts";
 import { applyNft, runNft } from "./nft.ts";
+import { withScratch } from "../../tests/nft_scratch.ts";
 import { nftRulesIntact, readRulesCheck, rulesCheckScript } from "./nft_watch.ts";
 
 const gate = await netnsTestGate();
@@ -102,48 +103,34 @@ Deno.test({
   },
 });
 
-/** nftRulesIntactNetlink() run inside `ns`: a netlink socket reads its own namespace. */
-async function netlinkIntactIn(ns: string, families: string[]): Promise<boolean> {
-  const module = JSON.stringify(new URL("./nft_watch.ts", import.meta.url).href);
-  const out = await new Deno.Command("ip", {
-    args: [
-      "netns",
-      "exec",
-      ns,
-      Deno.execPath(),
-      "eval",
-      `import { nftRulesIntactNetlink } from ${module};
-       console.log(await nftRulesIntactNetlink("kube-nftproxy", ${JSON.stringify(families)}));`,
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-  return JSON.parse(new TextDecoder().decode(out.stdout));
-}
-
 Deno.test({
   name: "nftRulesIntactNetlink() reads the dispatch chains over netlink and sees the same " +
     "removals as the nft check, in the kernel",
   ignore: gate.ignore,
-  async fn() {
-    const ns = `knp-${shortId()}-watchnl`;
-    try {
-      await createNamespace(ns);
-      await applyNft(await Deno.readTextFile(GOLDEN), { netns: ns });
-      assert.equal(await netlinkIntactIn(ns, ["ip", "ip6"]), true);
-      await applyNft("flush chain ip6 kube-nftproxy services\n", { netns: ns });
-      assert.equal(await netlinkIntactIn(ns, ["ip", "ip6"]), false);
-      assert.equal(await netlinkIntactIn(ns, ["ip"]), true);
-      await applyNft("flush chain ip kube-nftproxy nat-prerouting\n", { netns: ns });
-      assert.equal(await netlinkIntactIn(ns, ["ip"]), false);
-      await applyNft(await Deno.readTextFile(GOLDEN), { netns: ns });
-      await applyNft("delete chain ip6 kube-nftproxy nat-prerouting\n", { netns: ns });
-      assert.equal(await netlinkIntactIn(ns, ["ip6"]), false);
-      await applyNft("flush ruleset\n", { netns: ns });
-      assert.equal(await netlinkIntactIn(ns, ["ip"]), false);
-    } finally {
-      await deleteNamespace(ns);
-    }
-  },
+  fn: () =>
+    withScratch(async (scratch) => {
+      const module = JSON.stringify(new URL("./nft_watch.ts", import.meta.url).href);
+      const intact = async (families: string[]) =>
+        JSON.parse(
+          await scratch.evaluate(
+            `import { nftRulesIntactNetlink } from ${module};
+             console.log(await nftRulesIntactNetlink("kube-nftproxy", ${
+              JSON.stringify(families)
+            }));`,
+          ),
+        );
+      const golden = await Deno.readTextFile(GOLDEN);
+      await scratch.load(golden);
+      assert.equal(await intact(["ip", "ip6"]), true);
+      await scratch.load("flush chain ip6 kube-nftproxy services\n");
+      assert.equal(await intact(["ip", "ip6"]), false);
+      assert.equal(await intact(["ip"]), true);
+      await scratch.load("flush chain ip kube-nftproxy nat-prerouting\n");
+      assert.equal(await intact(["ip"]), false);
+      await scratch.load(golden);
+      await scratch.load("delete chain ip6 kube-nftproxy nat-prerouting\n");
+      assert.equal(await intact(["ip6"]), false);
+      await scratch.load("flush ruleset\n");
+      assert.equal(await intact(["ip"]), false);
+    }),
 });
