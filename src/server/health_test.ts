@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { FakeClock } from "../runner/clock.ts";
+import { advanceUntil, emfile, FakeListener } from "../../tests/fixtures/fake_sockets.ts";
 import {
   formatGoTime,
   healthHandler,
@@ -185,6 +186,29 @@ Deno.test("serveHealth() answers real HTTP on loopback and closes", async () => 
       (err) =>
         err instanceof ServeError && /cannot serve health on 127\.0\.0\.1:/.test(err.message),
     );
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("serveHealth() survives accept errors, logs them once, and answers /healthz after", async () => {
+  const clock = new FakeClock({ now: T0 });
+  const health = new ProxyHealth({ healthTimeoutMs: TIMEOUT_MS, clock });
+  const listener = new FakeListener();
+  const logs: string[] = [];
+  const server = serveHealth("0.0.0.0:10256", healthHandler(health), {
+    listen: () => listener,
+    clock,
+    log: (line) => logs.push(line),
+  })!;
+  try {
+    for (let i = 0; i < 3; i++) listener.fail(emfile());
+    const conn = listener.connect();
+    conn.send("GET /healthz HTTP/1.1\r\nHost: node:10256\r\n\r\n");
+    await advanceUntil(clock, () => conn.written().includes('"nodeEligible": true'));
+    assert.match(conn.written(), /^HTTP\/1\.1 200 OK\r\n/);
+    assert.equal(logs.length, 1);
+    assert.match(logs[0], /^health server on 0\.0\.0\.0:10256: cannot accept .*\[EMFILE\]/);
   } finally {
     await server.close();
   }
