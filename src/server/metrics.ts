@@ -27,6 +27,7 @@ import {
 import type { ProxyMode } from "../config/config.ts";
 import type { ObjectKind } from "../source/events.ts";
 import { type Clock, realClock } from "../runner/clock.ts";
+import { ConnectionMetrics } from "./connection_metrics.ts";
 import type { HealthPath } from "./health.ts";
 import { type HttpServer, serveHttp, type ServeOptions } from "./serve.ts";
 
@@ -125,6 +126,8 @@ export class ProxyMetrics {
   readonly registry: Registry;
   /** `nftables` or `iptables`, as upstream's `/proxyMode` answers. */
   readonly proxyMode: string;
+  /** The health, metrics and health-check servers' connections, and the descriptors. */
+  readonly connections: ConnectionMetrics;
   readonly #mode: ProxyMode;
   readonly #clock: Clock;
   readonly #syncDuration: Histogram;
@@ -157,6 +160,7 @@ export class ProxyMetrics {
     this.#mode = options.mode ?? "nft";
     this.proxyMode = this.#mode === "nft" ? "nftables" : "iptables";
     this.#clock = options.clock ?? realClock;
+    this.connections = new ConnectionMetrics(registry);
     const registers = [registry];
     const histogram = (name: string, help: string, buckets: readonly number[]) =>
       new Histogram({ name, help, buckets: [...buckets], registers });

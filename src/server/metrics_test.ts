@@ -6,6 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { FakeClock } from "../runner/clock.ts";
+import { advanceUntil, emfile, FakeListener } from "../../tests/fixtures/fake_sockets.ts";
+import { ConnectionPool } from "./connection_pool.ts";
 import {
   MAX_REJECTION_SERIES,
   metricsHandler,
@@ -286,4 +288,51 @@ Deno.test("ProxyMetrics.serviceConnectionsFrom() keeps the last values when the 
   assert.equal(sample(await metrics.text(), series), 2);
   fail = true;
   assert.equal(sample(await metrics.text(), series), 2);
+});
+
+Deno.test("serveMetrics() survives accept errors, logs them once, counts them, and serves after", async () => {
+  const clock = new FakeClock();
+  const metrics = new ProxyMetrics({ clock });
+  const listener = new FakeListener();
+  const logs: string[] = [];
+  const server = serveMetrics("0.0.0.0:10249", metricsHandler(metrics), {
+    listen: () => listener,
+    clock,
+    log: (line) => logs.push(line),
+    onAcceptError: (_err, server) => metrics.connections.acceptFailed(server),
+  })!;
+  try {
+    for (let i = 0; i < 3; i++) listener.fail(emfile());
+    const conn = listener.connect();
+    conn.send("GET /metrics HTTP/1.1\r\n\r\n");
+    await advanceUntil(clock, () => conn.written().includes("# TYPE"));
+    assert.equal(
+      sample(conn.written(), 'kubenftproxy_server_accept_errors_total{server="metrics"}'),
+      3,
+    );
+    assert.equal(logs.length, 1);
+    assert.match(logs[0], /^metrics server on 0\.0\.0\.0:10249: cannot accept .*\[EMFILE\]/);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("ProxyMetrics.connections counts evicted and refused connections, and exposes the descriptors", async () => {
+  const metrics = new ProxyMetrics();
+  const pool = new ConnectionPool({
+    maxConnections: 1,
+    onEvicted: (s) => metrics.connections.evicted(s),
+    onRefused: (s) => metrics.connections.refused(s),
+  });
+  metrics.connections.watch(pool);
+  const health = pool.listener("health", 1);
+  health.admit("192.168.77.2", () => {});
+  health.admit("192.168.77.2", () => {})!.setState("active");
+  assert.equal(health.admit("192.168.77.2", () => {}), null);
+  const text = await metrics.text();
+  assert.equal(sample(text, 'kubenftproxy_server_connections_evicted_total{server="health"}'), 1);
+  assert.equal(sample(text, 'kubenftproxy_server_connections_refused_total{server="health"}'), 1);
+  assert.equal(sample(text, 'kubenftproxy_server_connections{server="health"}'), 1);
+  assert.ok(sample(text, "process_open_fds")! > 0);
+  assert.ok(sample(text, "process_max_fds")! >= 1024);
 });
