@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { connectionBudget, readDescriptorLimit } from "../server/descriptor_limit.ts";
 import assert from "node:assert/strict";
 import { ConntrackError } from "../apply/conntrack.ts";
 import { type CleanupCommand } from "../apply/conntrack_plan.ts";
@@ -365,4 +366,20 @@ Deno.test("runProxy() rethrows the source's start error (e.g. no API configurati
     /no kubeconfig/,
   );
   assert.equal(source.stopped, true);
+});
+
+Deno.test("runProxy() logs the descriptor limit in force at start and the connection budget from it", async () => {
+  const d = await startDaemon();
+  const line = d.logs.find((l) => l.includes("open files limit"));
+  const limit = readDescriptorLimit()!;
+  assert.equal(
+    line,
+    `I T open files limit ${limit.soft} (hard ${limit.hard}); the health, metrics and ` +
+      `health-check ports hold at most ${connectionBudget(limit.soft)} connections`,
+  );
+  assert.equal(
+    d.logs.some((l) => l.includes("is low (under 4096)")),
+    limit.soft < 4096,
+  );
+  await d.stop();
 });

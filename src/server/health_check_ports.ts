@@ -31,7 +31,7 @@
 import type { Endpoint } from "../model/endpoint.ts";
 import { cidrContains } from "../model/ip.ts";
 import { serviceKey, type ServicePort } from "../model/service_port.ts";
-import { type HttpServer, serveHttp } from "./serve.ts";
+import { type HttpServer, serveHttp, type ServeOptions } from "./serve.ts";
 
 /** One Service with a health-check node port, as the last sync left it. */
 export interface HealthCheckedService {
@@ -181,6 +181,11 @@ export interface ServiceHealthServerOptions {
   log?: (line: string) => void;
   /** Binds a handler to `ip:port`; default {@link serveHttp}. Tests substitute it. */
   serve?: (address: string, handler: (req: Request) => Response) => HttpServer | null;
+  /**
+   * What the default `serve` passes to {@link serveHttp} (the shared connection pool, where
+   * accept errors are logged and counted); its `name` defaults to `health-check`.
+   */
+  serveOptions?: ServeOptions;
 }
 
 /** What {@link ServiceHealthServer.sync} makes current besides the Services. */
@@ -256,7 +261,10 @@ export class ServiceHealthServer {
   }
 
   async #open(key: string, service: HealthCheckedService): Promise<void> {
-    const serve = this.#options.serve ?? serveHttp;
+    const serveOptions = { name: "health-check", ...this.#options.serveOptions };
+    const serve = this.#options.serve ??
+      ((address: string, handler: (req: Request) => Response) =>
+        serveHttp(address, handler, serveOptions));
     const instance: Instance = { service, servers: [] };
     const handler = serviceHealthHandler(() => ({
       namespace: instance.service.namespace,

@@ -5,7 +5,9 @@
  * @module
  */
 import assert from "node:assert/strict";
+import { FakeClock } from "../runner/clock.ts";
 import { ProxyState } from "../tracker/proxy_state.ts";
+import { advanceUntil, emfile, FakeListener } from "../../tests/fixtures/fake_sockets.ts";
 import { endpointSlice, service } from "../../tests/fixtures/objects.ts";
 import {
   ALL_ADDRESSES,
@@ -238,4 +240,29 @@ Deno.test("ServiceHealthServer answers load-balancer probes over a real socket o
     await server.close();
   }
   await assert.rejects(fetch(`http://127.0.0.1:${port}/`), "closed with the Service");
+});
+
+Deno.test("ServiceHealthServer: a health-check port survives accept errors, logs them once, and answers after", async () => {
+  const clock = new FakeClock();
+  const listener = new FakeListener();
+  const logs: string[] = [];
+  const server = new ServiceHealthServer({
+    proxyHealthy: () => true,
+    serveOptions: { listen: () => listener, clock, log: (line) => logs.push(line) },
+  });
+  try {
+    await server.sync(checked(30300, 1), { bindIPs: ["192.168.77.1"] });
+    for (let i = 0; i < 3; i++) listener.fail(emfile());
+    const conn = listener.connect();
+    conn.send("GET / HTTP/1.1\r\nHost: 192.168.77.1:30300\r\n\r\n");
+    await advanceUntil(clock, () => conn.written().includes('"localEndpoints": 1'));
+    assert.match(conn.written(), /^HTTP\/1\.1 200 OK\r\n/);
+    assert.equal(logs.length, 1);
+    assert.match(
+      logs[0],
+      /^health-check server on 192\.168\.77\.1:30300: cannot accept .*\[EMFILE\]/,
+    );
+  } finally {
+    await server.close();
+  }
 });
