@@ -67,6 +67,8 @@ export interface StartProxyOptions {
   env?: Record<string, string>;
   /** How long to wait for each sync (see {@link StartDaemonOptions.syncTimeoutMs}). */
   syncTimeoutMs?: number;
+  /** Programs to start the proxy through (see {@link StartDaemonOptions.wrapper}). */
+  wrapper?: string[];
 }
 
 /**
@@ -98,6 +100,7 @@ export async function startProxy(
       ],
       env: options.env,
       syncTimeoutMs: options.syncTimeoutMs,
+      wrapper: options.wrapper,
     });
   } catch (err) {
     await Deno.remove(dir, { recursive: true });
@@ -143,6 +146,11 @@ export interface StartDaemonOptions {
   waitForFirstSync?: boolean;
   /** How long a sync may take to be logged, ms. Default 15 000. */
   syncTimeoutMs?: number;
+  /**
+   * A program (and its arguments) that runs the proxy by exec'ing it, e.g.
+   * `["prlimit", "--nofile=1024:1024"]`, so the process id stays the proxy's. Default: none.
+   */
+  wrapper?: string[];
 }
 
 /**
@@ -161,7 +169,15 @@ export async function startDaemon(
   await cacheProxyDependencies();
   const process = topo.startProcess(
     topo.node.ns,
-    [Deno.execPath(), "run", "--cached-only", "-A", MAIN, ...options.args],
+    [
+      ...(options.wrapper ?? []),
+      Deno.execPath(),
+      "run",
+      "--cached-only",
+      "-A",
+      MAIN,
+      ...options.args,
+    ],
     { env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1", ...options.env } },
   );
   const syncs = () => process.output().match(/ synced /g)?.length ?? 0;
