@@ -11,9 +11,9 @@
  *   (511 for a Deno listener), whose SYNs are then dropped for everyone, probes included, and
  *   retried after 1 s — a limit of every TCP server, not what this flood is about.
  * - `probe DURATION_MS URL…`: every 200 ms, one `GET` per URL on a new connection
- *   (`Connection: close`, 3 s limit); prints `{"url":…,"status":S,"ms":T}` (status 0 and an
- *   `error` when none came) per request, then `{"done":true}`.
- * - `get URL`: one `GET`; prints `{"status":S,"body":…}`.
+ *   (`Connection: close`, 3 s limit); prints `{"at":A,"url":…,"status":S,"ms":T,"connectMs":C}`
+ *   (status 0 and an `error` when none came) per request, then `{"done":true}`.
+ * - `get URL`: one `GET`; prints `{"status":S,"body":…,"connectMs":C}`.
  *
  * Requests are written by hand over `Deno.connect` rather than with `fetch`, so each probe is one
  * fresh connection and its time is connect + request + answer, nothing pooled.
@@ -72,13 +72,18 @@ async function flood(host: string, port: number, count: number, holdMs: number):
 }
 
 /** One GET on a new connection; the status and body, or the error. */
-async function get(url: string): Promise<{ status: number; body: string; error?: string }> {
+async function get(
+  url: string,
+): Promise<{ status: number; body: string; connectMs: number; error?: string }> {
   const { hostname, port, pathname } = new URL(url);
   const host = hostname.replace(/^\[|\]$/g, "");
   let conn: Deno.Conn | undefined;
   const timer = setTimeout(() => conn?.close(), PROBE_TIMEOUT_MS);
+  const started = performance.now();
+  let connectMs = -1;
   try {
     conn = await Deno.connect({ hostname: host, port: Number(port) });
+    connectMs = Math.round(performance.now() - started);
     await conn.write(
       encoder.encode(`GET ${pathname} HTTP/1.1\r\nHost: ${hostname}\r\nConnection: close\r\n\r\n`),
     );
@@ -97,9 +102,11 @@ async function get(url: string): Promise<{ status: number; body: string; error?:
     );
     const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(text)?.[1] ?? 0);
     const body = text.slice(text.indexOf("\r\n\r\n") + 4);
-    return status === 0 ? { status, body, error: "no status line" } : { status, body };
+    return status === 0
+      ? { status, body, connectMs, error: "no status line" }
+      : { status, body, connectMs };
   } catch (err) {
-    return { status: 0, body: "", error: (err as Error).message };
+    return { status: 0, body: "", connectMs, error: (err as Error).message };
   } finally {
     clearTimeout(timer);
     try {
@@ -111,12 +118,14 @@ async function get(url: string): Promise<{ status: number; body: string; error?:
 }
 
 async function probe(durationMs: number, urls: string[]): Promise<void> {
-  const end = Date.now() + durationMs;
+  const begin = Date.now();
+  const end = begin + durationMs;
   while (Date.now() < end) {
     for (const url of urls) {
       const started = performance.now();
-      const { status, error } = await get(url);
-      print({ url, status, ms: Math.round(performance.now() - started), error });
+      const { status, connectMs, error } = await get(url);
+      const ms = Math.round(performance.now() - started);
+      print({ at: Date.now() - begin, url, status, ms, connectMs, error });
     }
     await new Promise((r) => setTimeout(r, PROBE_INTERVAL_MS));
   }
