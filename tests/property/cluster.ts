@@ -517,16 +517,16 @@ export function summary(failures: readonly { index: number; error: string }[], m
 // ---------------------------------------------------------------------------------------------
 // Known bugs
 
-/** A bug pinned by a test in known_bugs_test.ts, recognised by the error it causes here. */
+/** A bug pinned by a failing test in regressions_test.ts, recognised by the error it causes here. */
 export interface KnownBug {
-  /** The name of the ignored test in known_bugs_test.ts that pins it. */
+  /** The name of the ignored test in regressions_test.ts that pins it. */
   readonly pinnedBy: string;
   /** Whether a failure message is this bug's symptom. */
   readonly matches: (error: string) => boolean;
 }
 
 /**
- * Bugs the properties found and known_bugs_test.ts pins. The properties count failures that
+ * Open bugs the properties found and regressions_test.ts pins. The properties count failures that
  * match one as "known" instead of failing, so that CI stays green until the owner fixes them;
  * `PROPERTY_STRICT=1` turns them back into failures. Remove an entry with its fix.
  */

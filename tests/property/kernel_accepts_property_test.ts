@@ -6,7 +6,7 @@
  * Clusters are rendered into distinct tables (`p0`, `p1`, …) and checked many at a time in one
  * `nft -c` run; a rejected batch is re-checked cluster by cluster, and the first culprit is
  * replayed under fast-check to shrink it to a minimal counterexample. Failures caused by a bug
- * pinned in known_bugs_test.ts are counted and printed, not failed (see {@link KNOWN_BUGS}).
+ * pinned in regressions_test.ts are counted and printed, not failed (see {@link KNOWN_BUGS}).
  *
  * @module
  */
