@@ -201,6 +201,26 @@ export class NftModel {
   }
 
   /**
+   * The tables as canonical text, for comparing two models: tables, chains and sets by name,
+   * rules in order, elements sorted (the order they were added in aside).
+   */
+  canonical(): string {
+    const byName = <T>(m: Map<string, T>) => [...m].sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0);
+    const tables = byName(this.#tables).map(([id, t]) => ({
+      id,
+      comment: t.comment,
+      chains: byName(t.chains).map(([, c]) => c),
+      sets: byName(t.sets).map(([, set]) => ({
+        kind: set.kind,
+        name: set.name,
+        spec: set.spec,
+        elements: [...set.elements.values()].map(formatElement).sort(),
+      })),
+    }));
+    return JSON.stringify(tables, null, 1);
+  }
+
+  /**
    * A script that builds the model's tables in an empty ruleset: tables, sets and maps,
    * chains, then rules, then elements (which may name chains).
    */
