@@ -19,7 +19,12 @@ import {
 import { ModelProxy } from "../../../tests/fixtures/model_proxy.ts";
 import { NftModelError } from "../../../tests/nft_model.ts";
 import { configFor } from "../../../tests/property/arbitraries.ts";
-import { propertySeed, sequence, SimulatedSource } from "../../../tests/property/cluster.ts";
+import {
+  propertySeed,
+  reportChecked,
+  sequence,
+  SimulatedSource,
+} from "../../../tests/property/cluster.ts";
 
 const web = (clusterIP = "10.96.0.10", name = "web") => service({ name, clusterIPs: [clusterIP] });
 const slice = (endpoints: (string | EndpointSpec)[], service = "web") =>
@@ -198,10 +203,12 @@ Deno.test("NftPlanner.reset() makes the next sync recreate the tables", () => {
 // The partial-sync property of tests/property, on the model: many more sequences in a second
 // (the kernel version stays the proof that the model and the kernel agree on them).
 Deno.test("NftPlanner's partial syncs after any event sequence are accepted in order and end in the tables a fresh full sync builds", () => {
+  let generated = 0;
   let steps = 0;
   let nonEmpty = 0;
   fc.assert(
     fc.property(sequence, (seq) => {
+      generated += seq.steps.length;
       const source = new SimulatedSource(seq.initial);
       const proxy = new ModelProxy(configFor(seq.config, TABLE), { bare: true });
       source.listEvents().forEach((e) => proxy.state.onEvent(e));
@@ -223,5 +230,10 @@ Deno.test("NftPlanner's partial syncs after any event sequence are accepted in o
     }),
     { seed: propertySeed(), numRuns: 300 },
   );
-  console.log(`model partial-sync property: ${steps} steps, ${nonEmpty} non-empty scripts`);
+  // Every step that was applied is checked by the final comparison of its sequence.
+  reportChecked(
+    "partial-sync property (model)",
+    { checked: steps, generated },
+    `${nonEmpty} non-empty scripts`,
+  );
 });
