@@ -5,7 +5,12 @@ import { ProxyState } from "../tracker/proxy_state.ts";
 import { IptablesPlanner } from "../render/iptables/planner.ts";
 import { NftPlanner } from "../render/nft/planner.ts";
 import { endpointSlice, node, service } from "../../tests/fixtures/objects.ts";
-import { BACKENDS, kernelGate, withIptablesScratch } from "../../tests/e2e/iptables_harness.ts";
+import {
+  BACKENDS,
+  kernelGate,
+  withIptablesScratch,
+  withoutComments,
+} from "../../tests/e2e/iptables_harness.ts";
 import { applyNft, runNft } from "../apply/nft.ts";
 import { cleanupIptables } from "../apply/iptables.ts";
 import { afterFirstApply, cleanUp, createBackend, removeOtherModes } from "./backends.ts";
@@ -77,13 +82,21 @@ Deno.test({
       assert.match(await k.saveText("IPv4", "nft"), /KUBE-SERVICES/, "iptables rules stay");
 
       await removeOtherModes({ ...config, mode: "nft" }, { log, netns: k.ns });
-      for (const backend of BACKENDS) {
-        for (const family of ["IPv4", "IPv6"] as const) {
-          const saved = await k.saveText(family, backend);
-          assert.ok(!saved.includes("KUBE-"), `${backend} ${family}:\n${saved}`);
+      const everything = async () => {
+        const saved: string[] = [];
+        for (const backend of BACKENDS) {
+          for (const family of ["IPv4", "IPv6"] as const) {
+            const text = await k.saveText(family, backend);
+            assert.ok(!text.includes("KUBE-"), `${backend} ${family}:\n${text}`);
+            saved.push(withoutComments(text)); // without the time it was saved
+          }
         }
-      }
-      await cleanupIptables({ netns: k.ns }); // nothing left: a no-op
+        return saved;
+      };
+      const left = await everything();
+      // Nothing of ours is left: a cleanup now succeeds and changes nothing at all.
+      await cleanupIptables({ netns: k.ns });
+      assert.deepEqual(await everything(), left);
     });
   },
 });

@@ -377,6 +377,10 @@ type Step =
   | { kind: "duration"; ms: number }
   | { kind: "fail" };
 
+/** The property's periodic interval and retry delay. */
+const MAX_INTERVAL = 10_000;
+const RETRY = 2000;
+
 const stepArb: fc.Arbitrary<Step> = fc.oneof(
   fc.constant<Step>({ kind: "run" }),
   fc.integer({ min: 0, max: 5000 }).map((ms): Step => ({ kind: "retryAfter", ms })),
@@ -390,6 +394,8 @@ Deno.test("BoundedFrequencyRunner keeps its bounds under any mix of requests, fa
     fc.asyncProperty(fc.array(stepArb, { maxLength: 60 }), async (steps) => {
       const clock = new FakeClock();
       const starts: number[] = [];
+      /** When each run ended, and whether it failed. */
+      const ends: Array<{ at: number; failed: boolean }> = [];
       /** For each run() call, how many runs had started when it was made. */
       const requests: number[] = [];
       const outcomes: Array<{ ms: number; fail: boolean }> = [];
@@ -401,8 +407,15 @@ Deno.test("BoundedFrequencyRunner keeps its bounds under any mix of requests, fa
         const outcome = outcomes.shift() ?? { ms: 0, fail: false };
         await new Promise<void>((resolve) => clock.setTimeout(resolve, outcome.ms));
         active--;
+        ends.push({ at: clock.now(), failed: outcome.fail });
         if (outcome.fail) throw new Error("scripted failure");
-      }, { minIntervalMs: MIN, maxIntervalMs: 10_000, retryIntervalMs: 2000, clock, onError() {} });
+      }, {
+        minIntervalMs: MIN,
+        maxIntervalMs: MAX_INTERVAL,
+        retryIntervalMs: RETRY,
+        clock,
+        onError() {},
+      });
       runner.start();
       for (const step of steps) {
         if (step.kind === "run") {
@@ -415,10 +428,24 @@ Deno.test("BoundedFrequencyRunner keeps its bounds under any mix of requests, fa
       }
       outcomes.length = 0;
       await clock.advanceAsync(20_000);
+      const stoppedAt = clock.now();
       await runner.stop();
 
       for (let i = 1; i < starts.length; i++) {
         assert.ok(starts[i] - starts[i - 1] >= MIN, `starts ${starts} closer than ${MIN}`);
+      }
+      // The upper bounds: the next run starts at most MAX_INTERVAL after a run ends, and at most
+      // RETRY after a failed one (wherever the runner was still running by then).
+      assert.ok(starts.length > 0, "start() runs at once");
+      for (const [i, end] of ends.entries()) {
+        const bound = end.at + (end.failed ? RETRY : MAX_INTERVAL);
+        if (bound > stoppedAt) continue;
+        const next = starts[i + 1];
+        assert.ok(
+          next !== undefined && next <= bound,
+          `run ${i} ended at ${end.at}${end.failed ? " (failed)" : ""}; the next began at ` +
+            `${next ?? "never"}, after ${bound}: starts ${starts}`,
+        );
       }
       assert.equal(maxActive, 1, "fn never runs concurrently with itself");
       for (const startedBefore of requests) {

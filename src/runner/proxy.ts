@@ -263,9 +263,12 @@ function watchRules(
   const tick = async () => {
     if (stopped) return;
     try {
-      if (context.ready() && !(await check())) {
-        log.warn("our rules were removed or flushed by someone else; restoring them now");
-        context.restore();
+      if (context.ready()) {
+        if (await check()) log.debug(4, "our rules are intact");
+        else {
+          log.warn("our rules were removed or flushed by someone else; restoring them now");
+          context.restore();
+        }
       }
     } catch (err) {
       log.warn(`cannot check our rules: ${(err as Error).message}`);

@@ -99,6 +99,14 @@ export class ApiSource implements Source {
     return this.#reflectors.get(kind)?.store ?? new Map();
   }
 
+  /**
+   * The resourceVersion the watch of `kind` resumes from (advanced by events and bookmarks),
+   * or undefined before its first list. For tests that must know what the source has seen.
+   */
+  resourceVersion(kind: ObjectKind): string | undefined {
+    return this.#reflectors.get(kind)?.resourceVersion;
+  }
+
   /** Loads the API configuration and starts listing and watching; see the class doc. */
   async start(handler: SourceHandler): Promise<void> {
     if (this.#started) throw new Error("ApiSource was already started");

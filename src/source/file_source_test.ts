@@ -75,7 +75,7 @@ function sleep(ms: number): Promise<void> {
 }
 
 /** Polls `condition` every 10 ms; fails after `timeoutMs` (never waits without bound). */
-async function waitFor(what: string, condition: () => boolean, timeoutMs = 5000): Promise<void> {
+async function waitFor(what: string, condition: () => boolean, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!condition()) {
     if (Date.now() > deadline) {
@@ -94,6 +94,20 @@ async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
   }
 }
 
+/**
+ * Proves that no event is still owed for the changes made so far: writes the file's content
+ * plus one more Service and waits for its add. Reloads run one at a time, each emitting its
+ * events in one batch, so whatever an earlier reload emits comes before it; the only event
+ * after the test's own must be the sentinel's (which is then forgotten).
+ */
+async function noMoreEvents(h: Harness, path: string): Promise<void> {
+  const before = h.events.length;
+  await Deno.writeTextFile(path, stream(await Deno.readTextFile(path), service("sentinel", 1)));
+  await waitFor("the sentinel Service", () => h.events.length > before);
+  assert.deepEqual(h.events.slice(before).map(summary), ["add Service default/sentinel"]);
+  h.events.length = before;
+}
+
 /** Replaces `path` the way editors do: write a sibling file, then rename it over `path`. */
 async function replaceByRename(path: string, text: string): Promise<void> {
   const temporary = `${path}.tmp-${crypto.randomUUID()}`;
@@ -108,7 +122,7 @@ interface Harness {
   synced: () => number;
   /** How many reads of the file have completed. */
   reads: () => number;
-  /** Waits until the source has read the file once more, plus a moment to apply it. */
+  /** Waits until the source has read the file once more (it may still be applying it). */
   nextRead: (what: string) => Promise<void>;
 }
 
@@ -142,7 +156,6 @@ async function startSource(path: string, options: FileSourceOptions = {}): Promi
     nextRead: async (what) => {
       const seen = reads;
       await waitFor(what, () => reads > seen);
-      await sleep(20);
     },
   };
 }
@@ -439,7 +452,7 @@ Deno.test("FileSource emits update, add, delete for changed, new, removed object
         ),
       );
       await waitFor("three events", () => h.events.length >= 3);
-      await sleep(250);
+      await noMoreEvents(h, path);
       assert.deepEqual(h.events.map(summary), [
         "update Service default/web",
         "add Service default/db",
@@ -469,8 +482,8 @@ Deno.test("FileSource emits nothing and logs the line when an edit breaks the YA
     try {
       h.events.length = 0;
       await Deno.writeTextFile(path, `${service("web", 81)}  oops: [\n`);
+      // The reload that logs the parse error emits nothing; it is over once it has logged.
       await waitFor("a log line", () => h.logs.length > 0);
-      await sleep(200);
       assert.deepEqual(h.events, []);
       assert.equal(h.logs.length, 1);
       assert.match(
@@ -483,7 +496,7 @@ Deno.test("FileSource emits nothing and logs the line when an edit breaks the YA
       // Fixed again: the difference is taken against the objects before the broken edit.
       await Deno.writeTextFile(path, service("web", 81));
       await waitFor("two events", () => h.events.length >= 2);
-      await sleep(200);
+      await noMoreEvents(h, path);
       assert.deepEqual(h.events.map(summary), [
         "update Service default/web",
         "delete Service default/api",
@@ -527,6 +540,7 @@ Deno.test("FileSource emits nothing when the file is touched or rewritten unchan
         ].join("\n"),
       );
       await reformatted;
+      await noMoreEvents(h, path);
       assert.deepEqual(h.events, []);
       assert.deepEqual(h.logs, []);
     } finally {
@@ -545,7 +559,7 @@ Deno.test("FileSource notices a file replaced by rename", async () => {
       h.events.length = 0;
       await replaceByRename(path, stream(service("web", 80), service("api", 90)));
       await waitFor("an add", () => h.events.length >= 1);
-      await sleep(200);
+      await noMoreEvents(h, path);
       assert.deepEqual(h.events.map(summary), ["add Service default/api"]);
     } finally {
       await h.source.stop();
@@ -603,15 +617,15 @@ Deno.test("FileSource keeps objects while the file is gone, diffs when it return
     try {
       h.events.length = 0;
       await Deno.remove(path);
+      // The reload that finds the file gone logs and emits nothing; it is over once it logged.
       await waitFor("a log line", () => h.logs.length > 0);
-      await sleep(300);
       assert.deepEqual(h.events, []);
       assert.deepEqual(h.logs, [
         `cluster file ${path} has disappeared; keeping the 2 objects read last`,
       ]);
       await Deno.writeTextFile(path, service("web", 80));
       await waitFor("a delete", () => h.events.length >= 1);
-      await sleep(200);
+      await noMoreEvents(h, path);
       assert.deepEqual(h.events.map(summary), ["delete Service default/api"]);
       assert.deepEqual(h.logs.slice(1), [`cluster file ${path} can be read again`]);
     } finally {
@@ -620,20 +634,41 @@ Deno.test("FileSource keeps objects while the file is gone, diffs when it return
   });
 });
 
-Deno.test("FileSource.stop() ends events, also for a change already noticed", async () => {
+Deno.test("FileSource.stop() ends events, also for a change already being read", async () => {
   await withTempDir(async (dir) => {
     const path = `${dir}/cluster.yaml`;
     await Deno.writeTextFile(path, service("web", 80));
-    const h = await startSource(path, { pollIntervalMs: 20 });
-    h.events.length = 0;
+    const events: ObjectEvent[] = [];
+    let reads = 0;
+    // The first read after start() is held until released: a change noticed and in flight.
+    let reading: () => void = () => {};
+    let release: () => void = () => {};
+    const read = new Promise<void>((resolve) => reading = resolve);
+    const source = new FileSource(path, {
+      pollIntervalMs: 60_000,
+      log: () => {},
+      readFile: async (p) => {
+        reads++;
+        if (reads === 2) {
+          reading();
+          await new Promise<void>((resolve) => release = resolve);
+        }
+        return await Deno.readTextFile(p);
+      },
+    });
+    await source.start({ onEvent: (e) => events.push(e), onSynced: () => {} });
+    events.length = 0;
     await Deno.writeTextFile(path, stream(service("web", 80), service("api", 90)));
-    await sleep(30); // the watcher has seen the write; the re-read waits out the debounce
-    await h.source.stop();
-    const reads = h.reads();
+    await read;
+    const stopped = source.stop();
+    release();
+    await stopped;
+    assert.deepEqual(events, [], "the read that was under way emits nothing after stop()");
+    // Nothing watches or polls any more (and no timer is left, or the op sanitizer fails the
+    // test): a later change is never read.
     await Deno.writeTextFile(path, service("db", 5432));
-    await sleep(400);
-    assert.deepEqual(h.events, []);
-    assert.equal(h.reads(), reads, "nothing reads the file after stop()");
+    assert.equal(reads, 2);
+    assert.deepEqual(events, []);
   });
 });
 

@@ -39,7 +39,9 @@ Deno.test("Dockerfile builds in two stages: the official Deno image at CI's Deno
   assert.equal(runtime.image, "debian:bookworm-slim");
 });
 
-Deno.test("Dockerfile's build stage compiles main.ts into one binary with every permission and smoke-tests it", () => {
+// Read from the file, not built: no Docker engine here, and `deno compile` needs a denort
+// download this machine cannot make (DESIGN.md §2). What the instructions say is what is checked.
+Deno.test("Dockerfile's build stage asks deno compile for main.ts with every permission and the lockfile, then runs the binary's --version", () => {
   const compile = runs(build.instructions).find((run) => run.includes("deno compile"));
   assert.ok(compile, "no RUN deno compile in the build stage");
   assert.match(compile, /deno compile (?:.* )?(?:--allow-all|-A) /);

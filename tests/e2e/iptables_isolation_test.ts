@@ -142,17 +142,30 @@ Deno.test({
         await addForeign(k, backend);
         const before = await foreign(k, backend);
         const state = new ProxyState({ hostname: "node-a", log: (line) => assert.fail(line) });
-        state.onEvent({ kind: "Node", current: node("node-a", { ips: ["192.168.77.1"] }) });
+        state.onEvent({
+          kind: "Node",
+          current: node("node-a", { ips: ["192.168.77.1", "fd00:77::1"] }),
+        });
         state.onEvent({
           kind: "Service",
-          current: service({ name: "web", clusterIPs: ["10.96.0.10"] }),
+          current: service({ name: "web", clusterIPs: ["10.96.0.10", "fd00:10:96::10"] }),
         });
         state.onEvent({
           kind: "EndpointSlice",
           current: endpointSlice({ name: "web-1", service: "web", endpoints: ["10.244.1.11"] }),
         });
+        state.onEvent({
+          kind: "EndpointSlice",
+          current: endpointSlice({
+            name: "web-2",
+            service: "web",
+            addressType: "IPv6",
+            endpoints: ["fd00:10:244:1::11"],
+          }),
+        });
+        const { changed } = state.takeChanges(); // the events above, folded into the state
         const full = (planner: NftPlanner | IptablesPlanner) => {
-          const plan = planner.plan(state, { full: true, changed: new Set(state.services.keys()) });
+          const plan = planner.plan(state, { full: true, changed });
           plan.commit();
           return plan.script;
         };
@@ -169,13 +182,19 @@ Deno.test({
         );
         await removeOtherModes({ ...config, mode: "iptables" }, context);
         assert.ok(!(await nftTables()));
-        assert.match(await k.saveText("IPv4", backend), /KUBE-SERVICES/);
+        for (const family of ["IPv4", "IPv6"] as const) {
+          const saved = await k.saveText(family, backend);
+          assert.match(saved, /-A KUBE-SERVICES .*-j KUBE-SVC-/, `${family} rules stay:\n${saved}`);
+        }
 
-        // And back to nft mode.
+        // And back to nft mode: no KUBE-* chain or jump is left in either family.
         await applyNft(full(new NftPlanner(config)), { netns: k.ns });
         await removeOtherModes({ ...config, mode: "nft" }, context);
         assert.ok(await nftTables());
-        assert.ok(!(await k.saveText("IPv4", backend)).includes("KUBE-"));
+        for (const family of ["IPv4", "IPv6"] as const) {
+          const saved = await k.saveText(family, backend);
+          assert.ok(!saved.includes("KUBE-"), `iptables-${backend} ${family} leftovers:\n${saved}`);
+        }
 
         await deleteTables(config.tableName, { netns: k.ns });
         assert.equal(

@@ -56,7 +56,35 @@ export interface RunningProxy {
   update(objects: readonly RawObject[]): Promise<void>;
   /** The proxy's log so far. */
   output(): string;
+  /**
+   * Waits until the log holds at least `count` lines matching `pattern`; throws after
+   * `timeoutMs` (default 30 000) with the log.
+   */
+  waitForLog(pattern: RegExp, count: number, timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
+}
+
+/** How many lines of `log` match `pattern`. */
+export function countLines(log: string, pattern: RegExp): number {
+  return log.split("\n").filter((line) => pattern.test(line)).length;
+}
+
+/** Polls a process's log until `count` lines match; bounded by `timeoutMs`. */
+export async function waitForLines(
+  output: () => string,
+  pattern: RegExp,
+  count: number,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (countLines(output(), pattern) < count) {
+    if (Date.now() > deadline) {
+      throw new Error(
+        `waited ${timeoutMs} ms for ${count} log lines matching ${pattern}; the log:\n${output()}`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
 }
 
 /** Options of {@link startProxy}. */
@@ -111,6 +139,8 @@ export async function startProxy(
     process,
     file,
     output: () => process.output(),
+    waitForLog: (pattern, count, timeoutMs) =>
+      waitForLines(() => process.output(), pattern, count, timeoutMs),
     async update(next) {
       const before = syncs();
       await Deno.writeTextFile(file, stringify(next));

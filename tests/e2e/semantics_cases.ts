@@ -29,6 +29,23 @@ export interface FlowCase {
 
 const v6 = (ip: string, port: number) => `[${ip}]:${port}`;
 
+/** Largest chance we accept that a correct spread of connections is reported as broken. */
+const MISS_PROBABILITY = 1e-10;
+
+/**
+ * How many connections to make so that, spread uniformly over `n` endpoints, every endpoint
+ * is reached except with a probability below 1e-10 (union bound: n·(1 − 1/n)^count).
+ *
+ * @example
+ * ```ts
+ * probesToReachAll(3); // 60
+ * ```
+ */
+export function probesToReachAll(n: number): number {
+  if (n <= 1) return 1;
+  return Math.ceil(Math.log(MISS_PROBABILITY / n) / Math.log(1 - 1 / n));
+}
+
 /** Every behaviour of DESIGN.md §4 that a one-node topology can show, in IPv4 and IPv6. */
 export function flowCases(topo: Topology): FlowCase[] {
   const nodeIP = topo.node.ip4;
@@ -306,7 +323,8 @@ export async function checkFlow(topo: Topology, c: FlowCase): Promise<void> {
   }
   const results = await probe(topo, ns, c.to, {
     proto,
-    count: c.expect.sticky ? 20 : 30,
+    // Sticky: every connection must land on one endpoint, however many are made.
+    count: c.expect.sticky ? 20 : probesToReachAll(c.expect.reach.length),
     timeoutMs: 2000,
   });
   const seen = results.map((r) => r.outcome === "ok" ? r.body : r.outcome);

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe, type Topology } from "../netns/topology.ts";
-import { type RunningProxy, startProxy } from "./proxy_harness.ts";
+import { type RunningProxy, startProxy, waitForLines } from "./proxy_harness.ts";
 import { endpointSlice, service } from "../fixtures/objects.ts";
 import { stringify } from "./yaml.ts";
 import { ADDR, NODE_PORTS, semanticsCluster } from "./semantics_cluster.ts";
@@ -133,118 +133,212 @@ test("ClientIP affinity: a client stuck to a removed endpoint moves to a remaini
 });
 
 test("self-healing: after `nft flush ruleset` on the node, the rules come back by themselves", () =>
-  withProxy([], async (topo, proxy) => {
+  withProxy(["-v=4"], async (topo, proxy) => {
     const target = `${ADDR.web}:80`;
     assert.equal((await probe(topo, topo.client.ns, target))[0].outcome, "ok");
-    // Intact rules are left alone: a few checks pass without a restore.
-    await new Promise((r) => setTimeout(r, 2_500));
-    assert.doesNotMatch(
-      proxy.output(),
-      /removed or flushed/,
-      "no restore while the rules are intact",
-    );
+    // Intact rules are left alone: two checks (one a second) find them, and nothing is restored.
+    await proxy.waitForLog(/our rules are intact/, 2);
+    assert.doesNotMatch(proxy.output(), /removed or flushed/, "no restore while intact");
     const flushed = await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]);
     assert.equal(flushed.code, 0, flushed.stderr);
-    const started = Date.now();
-    let outcome = "";
-    while (Date.now() - started < 8_000 && outcome !== "ok") {
-      [{ outcome }] = await probe(topo, topo.client.ns, target, { timeoutMs: 300 });
-    }
-    assert.equal(outcome, "ok", "the service never came back");
-    console.log(`rules restored ${Date.now() - started} ms after the flush`);
+    // The next check notices, and the full sync it asks for brings the service back.
+    await proxy.waitForLog(/removed or flushed by someone else; restoring them now/, 1);
+    const restoring = proxy.output().lastIndexOf("restoring them now");
+    await waitForLines(() => proxy.output().slice(restoring), / synced fully: /, 1);
+    assert.equal((await probe(topo, topo.client.ns, target))[0].outcome, "ok");
   }));
 
-/** A TCP echo server (pod side) and a client that keeps one connection busy (client side). */
+/** A TCP echo server (pod side); says when it listens. */
 const ECHO_SERVER = `
 const listener = Deno.listen({ port: 7777 });
+console.log("listening");
 for await (const conn of listener) conn.readable.pipeTo(conn.writable).catch(() => {});`;
-const ECHO_CLIENT = (target: string, ms: number) => `
+
+/**
+ * A client (client side) holding \`n\` TCP connections to \`target\`, each echoing a ping every
+ * 20 ms until the file \`stop\` exists (at most 3 minutes). It says when all are connected,
+ * keeps each connection's round-trip count in the file \`trips\` (JSON), and ends with one
+ * JSON line: the counts and each connection's error ("" when none). A reply more than 10 s
+ * late is an error.
+ */
+const ECHO_CLIENT = (target: string, n: number, files: { stop: string; trips: string }) => `
 const [hostname, port] = ${JSON.stringify(target)}.split(":");
-const conn = await Deno.connect({ hostname, port: Number(port) });
-const reader = conn.readable.getReader();
-const encoder = new TextEncoder();
-let trips = 0;
-const end = Date.now() + ${ms};
-try {
-  while (Date.now() < end) {
-    await conn.write(encoder.encode("ping"));
-    const timeout = setTimeout(() => { console.log(JSON.stringify({ trips, error: "stalled" })); Deno.exit(1); }, 2000);
-    const { done } = await reader.read();
-    clearTimeout(timeout);
-    if (done) throw new Error("closed");
-    trips++;
+const conns = await Promise.all(
+  Array.from({ length: ${n} }, () => Deno.connect({ hostname, port: Number(port) })),
+);
+console.log("connected " + conns.length);
+const trips = conns.map(() => 0);
+const errors = conns.map(() => "");
+const stopped = () => { try { Deno.statSync(${
+  JSON.stringify(files.stop)
+}); return true; } catch { return false; } };
+const end = Date.now() + 180_000;
+const ping = new TextEncoder().encode("ping");
+await Promise.all(conns.map(async (conn, i) => {
+  const reader = conn.readable.getReader();
+  try {
+    while (!stopped() && Date.now() < end) {
+      await conn.write(ping);
+      let timer;
+      const late = new Promise((_, reject) => timer = setTimeout(() => reject(new Error("no reply for 10 s")), 10_000));
+      const { done } = await Promise.race([reader.read(), late]);
+      clearTimeout(timer);
+      if (done) throw new Error("closed by the other side");
+      trips[i]++;
+      Deno.writeTextFileSync(${JSON.stringify(files.trips)}, JSON.stringify(trips));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } catch (err) {
+    errors[i] = String(err);
+  }
+}));
+console.log(JSON.stringify({ trips, errors }));`;
+
+/**
+ * An \`nft\` stand-in for the proxy: it holds a transaction (\`-f FILE\`) naming \`marker\` while
+ * the file \`hold\` exists, after writing its pid to \`held\` — so a test can see a sync in
+ * flight and kill the proxy then; everything else goes straight to the real nft.
+ */
+async function holdingNft(dir: string, marker: string): Promise<string> {
+  const nft = new TextDecoder().decode(
+    (await new Deno.Command("sh", { args: ["-c", "command -v nft"], stdout: "piped" }).output())
+      .stdout,
+  ).trim();
+  const path = `${dir}/nft`;
+  await Deno.writeTextFile(
+    path,
+    `#!/bin/sh
+if [ "$1" = "-f" ] && [ -e "${dir}/hold" ] && grep -q -F "${marker}" "$2"; then
+  echo $$ > "${dir}/held.tmp" && mv "${dir}/held.tmp" "${dir}/held"
+  i=0
+  while [ -e "${dir}/hold" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
+fi
+exec ${nft} "$@"
+`,
+  );
+  await Deno.chmod(path, 0o755);
+  return path;
+}
+
+/** Polls until `check` returns a value other than undefined; throws after `timeoutMs`. */
+async function until<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms: ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
-  console.log(JSON.stringify({ trips }));
-} catch (err) {
-  console.log(JSON.stringify({ trips, error: String(err) }));
-}`;
+}
 
-test("a proxy killed mid-sync leaves working rules; a restart converges and keeps flows", async () => {
+const exists = (path: string) => Deno.stat(path).then(() => true, () => false);
+
+test("a proxy killed with a sync in flight leaves the last rules working; a restart converges; flows keep their endpoints", async () => {
   gate.assertUsable();
   const topo = await createTopology();
+  const dir = await Deno.makeTempDir({ prefix: "knp-kill-" });
   try {
+    // Three long-lived TCP connections to an echo Service with an endpoint on every pod: they
+    // land where the balancer sends them, and every one of them must survive.
     const echo = [
       service({ name: "echo", clusterIPs: ["10.96.0.78"], ports: [{ name: "tcp", port: 7777 }] }),
       endpointSlice({
         name: "echo-1",
         service: "echo",
         ports: [{ name: "tcp", port: 7777 }],
-        endpoints: [topo.pods[0].ip4],
+        endpoints: topo.pods.map((p) => p.ip4),
       }),
     ];
     const objects = [...semanticsCluster(topo), ...echo];
-    const first = await startProxy(topo, objects);
-    const target = `${ADDR.web}:80`;
-    // A long-lived TCP connection through a Service, busy for the whole crash and restart.
-    topo.startProcess(topo.pods[0].ns, [Deno.execPath(), "eval", ECHO_SERVER]);
-    await new Promise((r) => setTimeout(r, 500));
+    const late = service({ name: "late", clusterIPs: ["10.96.0.77"] });
+    const changed = [...objects, late];
+    const first = await startProxy(topo, objects, {
+      env: { KUBE_NFTPROXY_NFT: await holdingNft(dir, "10.96.0.77") },
+    });
+    const servers = topo.pods.map((p) =>
+      topo.startProcess(p.ns, [Deno.execPath(), "eval", ECHO_SERVER])
+    );
+    await Promise.all(servers.map((server) => server.waitForOutput("listening", 30_000)));
+    const files = { stop: `${dir}/stop`, trips: `${dir}/trips.json` };
     const client = topo.startProcess(topo.client.ns, [
       Deno.execPath(),
       "eval",
-      ECHO_CLIENT("10.96.0.78:7777", 4000),
+      ECHO_CLIENT("10.96.0.78:7777", 3, files),
     ]);
-    // An established UDP flow (fixed source port): conntrack keeps its endpoint.
-    const flow = { proto: "udp" as const, sourcePort: 40123, timeoutMs: 1000 };
-    const [before] = await probe(topo, topo.client.ns, target, flow);
-    assert.equal(before.outcome, "ok");
-    // Start a sync (a changed file) and kill the proxy without warning while it runs.
-    const changed = [...objects, service({ name: "late", clusterIPs: ["10.96.0.77"] })];
-    await Deno.writeTextFile(first.file, stringify(changed));
-    // The file source notices within ~100 ms (debounce) and syncs: kill around that moment.
-    await new Promise((r) => setTimeout(r, 110));
-    Deno.kill(first.process.pid, "SIGKILL");
-    await first.stop();
-    // Rules still work without any proxy: the flow keeps its endpoint, new connections land.
-    const during = await probe(topo, topo.client.ns, target, { ...flow, count: 5 });
-    assert.deepEqual(
-      during.map((r) => r.outcome === "ok" ? r.body : r.outcome),
-      Array(5).fill(
-        before.outcome === "ok" ? before.body : "",
-      ),
-    );
-    assert.equal((await probe(topo, topo.client.ns, target))[0].outcome, "ok");
-    // A restart converges (the late Service is served) and the flow is still on its endpoint.
-    const second = await startProxy(topo, changed);
-    try {
-      const [late] = await probe(topo, topo.client.ns, "10.96.0.77:80", { timeoutMs: 2000 });
-      assert.equal(late.outcome, "refused", "the late Service (no endpoints) is programmed");
-      const after = await probe(topo, topo.client.ns, target, { ...flow, count: 5 });
-      assert.deepEqual(
-        after.map((r) => r.outcome === "ok" ? r.body : r.outcome),
-        Array(5).fill(
-          before.outcome === "ok" ? before.body : "",
+    await client.waitForOutput("connected 3", 30_000);
+    const trips = async () => JSON.parse(await Deno.readTextFile(files.trips)) as number[];
+    /** Waits until every connection made more round trips than `since` says. */
+    const progress = (since: number[], what: string) =>
+      until(what, async () => {
+        const now = await trips().catch(() => since.map(() => 0));
+        return now.every((t, i) => t > since[i]) ? now : undefined;
+      });
+    let seen = await progress([0, 0, 0], "round trips on every connection");
+
+    // Established UDP flows (fixed source ports): conntrack keeps each on its endpoint.
+    const target = `${ADDR.web}:80`;
+    const flows = [40123, 40124, 40125].map((sourcePort) => ({
+      proto: "udp" as const,
+      sourcePort,
+      timeoutMs: 2000,
+    }));
+    const endpointsOf = async (count: number) =>
+      await Promise.all(
+        flows.map(async (flow) =>
+          (await probe(topo, topo.client.ns, target, { ...flow, count }))
+            .map((r) => r.outcome === "ok" ? r.body : r.outcome)
         ),
       );
+    const before = (await endpointsOf(1)).map(([body]) => body);
+    assert.ok(before.every((b) => b.startsWith("pod-")), before.join());
+
+    // A change reaches the proxy; its sync is held inside nft: kill the proxy right then.
+    await Deno.writeTextFile(`${dir}/hold`, "");
+    await Deno.writeTextFile(first.file, stringify(changed));
+    const held = Number(
+      await until("the sync to reach nft", async () => {
+        if (!(await exists(`${dir}/held`))) return undefined;
+        return (await Deno.readTextFile(`${dir}/held`)).trim();
+      }),
+    );
+    Deno.kill(first.process.pid, "SIGKILL");
+    await first.process.status;
+    // The pod is gone with its nft child: the transaction never ran.
+    Deno.kill(held, "SIGKILL");
+    await until(
+      "the held nft to end",
+      async () => await exists(`/proc/${held}`) ? undefined : true,
+    );
+    await first.stop();
+    const table = await topo.exec(topo.node.ns, ["nft", "list", "table", "ip", "kube-nftproxy"]);
+    assert.equal(table.code, 0, table.stderr);
+    assert.doesNotMatch(table.stdout, /10\.96\.0\.77/, "nothing of the interrupted sync");
+
+    // Without any proxy the last rules work: flows keep their endpoints, new connections land,
+    // the TCP connections carry on.
+    assert.deepEqual(await endpointsOf(3), before.map((b) => [b, b, b]));
+    assert.equal((await probe(topo, topo.client.ns, target))[0].outcome, "ok");
+    seen = await progress(seen, "round trips on every connection after the kill");
+
+    // A restart converges (the late Service is programmed) and nothing moves.
+    const second = await startProxy(topo, changed);
+    try {
+      const [lateResult] = await probe(topo, topo.client.ns, "10.96.0.77:80", {
+        timeoutMs: 10_000,
+      });
+      assert.equal(lateResult.outcome, "refused", "the late Service (no endpoints) is programmed");
+      assert.deepEqual(await endpointsOf(3), before.map((b) => [b, b, b]));
+      await progress(seen, "round trips on every connection after the restart");
+      await Deno.writeTextFile(files.stop, "");
       await client.status;
       const result = JSON.parse(client.output().trim().split("\n").pop()!);
-      assert.equal(result.error, undefined, client.output());
-      assert.ok(result.trips > 20, client.output());
-      console.log(`long-lived TCP connection: ${result.trips} round trips, none lost`);
+      assert.deepEqual(result.errors, ["", "", ""], client.output());
+      console.log(`long-lived TCP connections: ${result.trips.join(", ")} round trips, none lost`);
     } finally {
       await second.stop();
     }
   } finally {
     await topo.cleanup();
+    await Deno.remove(dir, { recursive: true });
   }
 });

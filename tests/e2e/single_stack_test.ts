@@ -18,7 +18,8 @@ import {
 import { writeNftWithoutIPv6 } from "../fixtures/nft_without_ipv6.ts";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe } from "../netns/topology.ts";
-import { startProxy } from "./proxy_harness.ts";
+import { countLines, startProxy } from "./proxy_harness.ts";
+import { probesToReachAll } from "./semantics_cases.ts";
 import { runNft } from "../../src/apply/nft.ts";
 
 const gate = await netnsTestGate();
@@ -56,17 +57,21 @@ Deno.test({
         }),
       ], {
         env: { KUBE_NFTPROXY_NFT: nft },
-        args: ["--nftables-sync-period=1s"],
+        args: ["--nftables-sync-period=1s", "-v=4"],
       });
       try {
-        const seen = await probe(topo, topo.client.ns, "10.96.0.10:80", { count: 20 });
+        const seen = await probe(topo, topo.client.ns, "10.96.0.10:80", {
+          count: probesToReachAll(topo.pods.length),
+        });
         const reached = new Set(seen.map((r) => r.outcome === "ok" ? r.body : r.outcome));
         assert.deepEqual(reached, new Set(topo.pods.map((p) => p.name)));
         const tables = (await runNft(["list", "tables"], { netns: topo.node.ns })).stdout;
         assert.match(tables, /^table ip kube-nftproxy$/m);
         assert.doesNotMatch(tables, /^table ip6 kube-nftproxy$/m);
-        // Periodic full syncs and the rules check go on without errors.
-        await new Promise((r) => setTimeout(r, 2500));
+        // Periodic syncs (every second here; -v=4 logs them even when they send nothing) go on
+        // without errors: two more after the ones so far.
+        const syncs = countLines(proxy.output(), / synced (fully|partially): /);
+        await proxy.waitForLog(/ synced (fully|partially): /, syncs + 2);
         const log = proxy.output();
         assert.equal(log.match(/refuses ip6 rules/g)?.length, 1, log);
         assert.doesNotMatch(log, /sync failed|removed or flushed/, log);

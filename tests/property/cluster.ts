@@ -42,6 +42,33 @@ export function propertySeed(): number {
   return text === undefined ? Date.now() ^ (Math.random() * 0x7fffffff) : Number(text);
 }
 
+/** Least share of a property's generated steps that must have been checked. */
+export const MIN_CHECKED_SHARE = 0.9;
+
+/**
+ * Prints how many of a property's generated steps (or clusters, pairs, sequences) were checked
+ * and fails when fewer than {@link MIN_CHECKED_SHARE} were: a property whose checks are
+ * skipped, or whose steps do nothing, proves less than its name says.
+ */
+export function reportChecked(
+  property: string,
+  counts: { checked: number; generated: number; unit?: string },
+  detail = "",
+): void {
+  const { checked, generated, unit = "steps" } = counts;
+  const share = generated === 0 ? 0 : checked / generated;
+  console.log(
+    `${property}: ${checked} of ${generated} generated ${unit} checked ` +
+      `(${(share * 100).toFixed(1)}%)${detail === "" ? "" : `; ${detail}`}`,
+  );
+  if (share < MIN_CHECKED_SHARE) {
+    throw new Error(
+      `${property}: only ${checked} of ${generated} generated ${unit} were checked, ` +
+        `under ${MIN_CHECKED_SHARE * 100}%`,
+    );
+  }
+}
+
 /** One proxy as the sync loop drives it: full first, full on global changes, else partial. */
 export class SimulatedProxy {
   readonly state: ProxyState;
@@ -517,16 +544,16 @@ export function summary(failures: readonly { index: number; error: string }[], m
 // ---------------------------------------------------------------------------------------------
 // Known bugs
 
-/** A bug pinned by a test in known_bugs_test.ts, recognised by the error it causes here. */
+/** A bug pinned by a failing test in regressions_test.ts, recognised by the error it causes here. */
 export interface KnownBug {
-  /** The name of the ignored test in known_bugs_test.ts that pins it. */
+  /** The name of the ignored test in regressions_test.ts that pins it. */
   readonly pinnedBy: string;
   /** Whether a failure message is this bug's symptom. */
   readonly matches: (error: string) => boolean;
 }
 
 /**
- * Bugs the properties found and known_bugs_test.ts pins. The properties count failures that
+ * Open bugs the properties found and regressions_test.ts pins. The properties count failures that
  * match one as "known" instead of failing, so that CI stays green until the owner fixes them;
  * `PROPERTY_STRICT=1` turns them back into failures. Remove an entry with its fix.
  */

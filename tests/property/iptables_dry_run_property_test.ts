@@ -28,6 +28,7 @@ import { configFor, HOSTNAME } from "./arbitraries.ts";
 import {
   propertyRuns,
   propertySeed,
+  reportChecked,
   type Sequence,
   sequence,
   SimulatedSource,
@@ -178,5 +179,10 @@ Deno.test({
       0,
       `${failed.length} of ${count} pairs failed:\n${summary(failed)}`,
     );
+    reportChecked("iptables dry-run property", {
+      checked: count - failed.length,
+      generated: count,
+      unit: "pairs",
+    });
   },
 });

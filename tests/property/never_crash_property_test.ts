@@ -17,6 +17,7 @@ import {
   playSequence,
   propertyRuns,
   propertySeed,
+  reportChecked,
   sequence,
   SimulatedProxy,
   stringsOf,
@@ -47,6 +48,8 @@ const step: fc.Arbitrary<Step> = fc.oneof(
 );
 
 Deno.test("ProxyState and NftPlanner never throw on any event stream, and render only clean scripts", () => {
+  let generated = 0;
+  let checked = 0;
   fc.assert(
     fc.property(configVariant, fc.array(step, { maxLength: 40 }), (config, steps) => {
       const proxy = new SimulatedProxy(config, "t");
@@ -63,18 +66,24 @@ Deno.test("ProxyState and NftPlanner never throw on any event stream, and render
       for (const s of [...steps, { sync: "partial" } as const]) {
         if ("event" in s) proxy.onEvent(s.event);
         else {
+          generated++;
           const script = proxy.sync({ full: s.sync === "full" });
           assertClean(script, { tables: ["t"], names, tolerateKnown: true });
+          checked++;
         }
       }
     }),
     { seed: propertySeed(), numRuns: Math.ceil(propertyRuns() / 4) },
   );
+  reportChecked("never-crash property (event streams)", { checked, generated, unit: "syncs" });
 });
 
 Deno.test("NftPlanner's partial syncs after any source event sequence never throw and stay clean", () => {
+  let generated = 0;
+  let checked = 0;
   fc.assert(
     fc.property(sequence, (seq) => {
+      generated += seq.steps.length + 2;
       const run = playSequence(seq, "t");
       const names = stringsOf([
         ...seq.initial,
@@ -82,8 +91,10 @@ Deno.test("NftPlanner's partial syncs after any source event sequence never thro
       ]);
       for (const script of [...run.scripts, run.fresh]) {
         assertClean(script, { tables: ["t"], names, tolerateKnown: true });
+        checked++;
       }
     }),
     { seed: propertySeed(), numRuns: Math.ceil(propertyRuns() / 4) },
   );
+  reportChecked("never-crash property (sequences)", { checked, generated, unit: "syncs" });
 });

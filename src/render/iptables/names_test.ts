@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import type { ServicePortName } from "../../model/service_port.ts";
+import fc from "fast-check";
+import { formatServicePortName, type ServicePortName } from "../../model/service_port.ts";
 import { comment, endpointChainName, isServiceChainName, serviceChainNames } from "./names.ts";
 
 const spn = (namespace: string, name: string, port: string, protocol = "TCP"): ServicePortName => ({
@@ -28,17 +29,43 @@ Deno.test("serviceChainNames() gives each protocol of a port name its own chains
   assert.notEqual(tcp.cluster, udp.cluster);
 });
 
+const anyName = fc.string({ unit: "binary", maxLength: 300 });
+const servicePortName = fc.record({
+  namespace: anyName,
+  name: anyName,
+  port: anyName,
+  protocol: fc.constantFrom<ServicePortName["protocol"]>("TCP", "UDP", "SCTP"),
+});
+
 Deno.test("chain names stay within iptables' 28 characters whatever the object names are", () => {
-  const long = spn("n".repeat(63), "s".repeat(63), "p".repeat(15));
-  for (
-    const name of [
-      ...Object.values(serviceChainNames(long)),
-      endpointChainName(long, "[fd00::1]:80"),
-    ]
-  ) {
-    assert.ok(name.length <= 28, name);
-    assert.match(name, /^KUBE-[A-Z]+-[A-Z2-7]{16}$/);
-  }
+  const check = (spn: ServicePortName, endpoint: string) => {
+    for (
+      const name of [...Object.values(serviceChainNames(spn)), endpointChainName(spn, endpoint)]
+    ) {
+      assert.ok(name.length <= 28, name);
+      assert.match(name, /^KUBE-[A-Z]+-[A-Z2-7]{16}$/);
+    }
+  };
+  // The longest names the API server allows, then anything at all: empty, huge, quotes,
+  // newlines, iptables syntax, lone surrogates.
+  check(spn("n".repeat(63), "s".repeat(63), "p".repeat(15)), "[fd00::1]:80");
+  fc.assert(fc.property(servicePortName, anyName, check), { numRuns: 2000 });
+});
+
+// Upstream hashes the text `namespace/name:port` + protocol, so names that make the same text
+// (namespace `a/b` name `c`, namespace `a` name `b/c`) share chains there and here alike.
+Deno.test("serviceChainNames() gives service ports whose names read differently different chains", () => {
+  const text = (p: ServicePortName) => `${formatServicePortName(p)} ${p.protocol}`;
+  fc.assert(
+    fc.property(servicePortName, servicePortName, (a, b) => {
+      fc.pre(text(a) !== text(b));
+      const [x, y] = [serviceChainNames(a), serviceChainNames(b)];
+      for (const kind of ["cluster", "local", "external", "firewall"] as const) {
+        assert.notEqual(x[kind], y[kind], `${JSON.stringify(a)} and ${JSON.stringify(b)}`);
+      }
+    }),
+    { numRuns: 2000 },
+  );
 });
 
 Deno.test("isServiceChainName() recognises per-service chains only", () => {

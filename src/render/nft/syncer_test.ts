@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { DEFAULT_CONFIG } from "../../config/config.ts";
 import { ProxyState } from "../../tracker/proxy_state.ts";
 import { endpointSlice, node, service, serviceCIDR } from "../../../tests/fixtures/objects.ts";
+import { assertGolden } from "../../../tests/fixtures/golden.ts";
 import { kernelGate, withScratch } from "../../../tests/nft_scratch.ts";
 import { NftPlanner } from "./planner.ts";
 
@@ -65,8 +66,7 @@ Deno.test({
   ignore: kernelGate.ignore,
   fn: async () => {
     const script = sync(smallCluster(), new NftPlanner(config), true);
-    if (Deno.env.get("UPDATE_GOLDEN") === "1") await Deno.writeTextFile(GOLDEN, script);
-    assert.equal(script, await Deno.readTextFile(GOLDEN));
+    await assertGolden(script, GOLDEN);
     await withScratch(async (k) => {
       await k.load(script);
       await k.load(script); // a first-sync script is re-runnable: it recreates the table

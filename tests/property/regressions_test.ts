@@ -1,10 +1,12 @@
 /**
- * Bugs the property tests found in `src/`, pinned as failing tests with `ignore: true` until
- * the code's owner fixes them: each test states the behaviour a user should get, builds the
- * smallest input that breaks it, and names the suspected place in a comment. Remove the
- * `ignore` together with the fix (tests that load scripts then take `ignore: kernelGate.ignore`
- * from ../nft_scratch.ts), and the bug's entry in `KNOWN_BUGS` (cluster.ts), which lets the
- * properties count its symptoms instead of failing.
+ * Regression tests for the bugs the property tests found in `src/`, every one of them fixed
+ * since: each test states the behaviour a user gets, with the smallest input that once broke
+ * it, and the comment above it is the bug report as it was filed (the code it describes, and
+ * the fix it suggests, are history: the fix has landed). A new bug found by a property is
+ * pinned here as a failing test with `ignore: true` until its fix lands, together with an
+ * entry in `KNOWN_BUGS` (cluster.ts) so that the properties count its symptoms instead of
+ * failing; both go with the fix. Tests that load scripts take `ignore: kernelGate.ignore` from
+ * ../nft_scratch.ts; the others run everywhere.
  *
  * @module
  */
@@ -94,7 +96,6 @@ Deno.test({
 // of the state alone, and partial syncs converge to what a full sync renders.
 Deno.test({
   name: "NftPlanner renders the same table for the same objects listed in any order",
-  ignore: kernelGate.ignore,
   fn: () => {
     const claimant = (name: string, endpoint: string): ClusterObject[] => [
       { kind: "Service", object: service({ name, clusterIPs: ["10.96.0.30"] }) },
@@ -258,7 +259,6 @@ Deno.test({
 Deno.test({
   name:
     "NftPlanner detects local traffic from the cluster CIDR as written, even with leading zeros",
-  ignore: kernelGate.ignore,
   fn: () => {
     const script = render(DNS, { ...PLAIN, clusterCIDRs: ["010.244.0.0/16"] });
     assert.match(script, /ip saddr != 10\.244\.0\.0\/16 /);
@@ -273,7 +273,6 @@ Deno.test({
 // without `/`, whitespace or quotes; upstream validates the same.
 Deno.test({
   name: "validateConfig() refuses a bridge interface name that is not an interface name",
-  ignore: kernelGate.ignore,
   fn: () => {
     assert.throws(() =>
       validateConfig({
@@ -293,7 +292,6 @@ Deno.test({
 // the other and deleting either removes both.
 Deno.test({
   name: "ProxyState keeps two Services apart even when their names contain slashes",
-  ignore: kernelGate.ignore,
   fn: () => {
     const script = render([
       {
