@@ -76,7 +76,10 @@ export function declareFlags() {
       )
         .choices(["text", "json"] as const),
     )
-    .addOption(booleanFlag("--cleanup", "remove everything this proxy created, then exit"))
+    .addOption(booleanFlag(
+      "--cleanup",
+      "remove everything this proxy created, and kube-proxy's nftables tables, then exit",
+    ))
     .addOption(
       new Option(
         "--table-name <name>",

@@ -50,7 +50,7 @@ export interface CommandLineActions {
   dryRun: boolean;
   /** `--output`: how `--dry-run` prints — an nft script (`text`) or JSON. */
   output: "text" | "json";
-  /** `--cleanup`: remove everything this proxy created, then exit. */
+  /** `--cleanup`: remove everything this proxy created, and kube-proxy's nft tables, then exit. */
   cleanup: boolean;
   /** `--cleanup-iptables`: remove the KUBE-* iptables rules kube-proxy left, then exit. */
   cleanupIptables: boolean;
