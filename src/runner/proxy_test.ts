@@ -196,7 +196,7 @@ Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejecti
   d.source.add("Service", web());
   d.source.add(
     "Service",
-    service({ name: "broken", clusterIPs: ["10.96.0.11"], ports: [{ port: 70000 }] }),
+    service({ name: "broken", clusterIPs: ["10.96.0.300"] }),
   );
   d.source.add(
     "Service",
@@ -222,7 +222,7 @@ Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejecti
     d.clock.now() / 1000,
   );
   assert.equal(
-    await d.metric('kubenftproxy_objects_rejected_total{kind="Service",reason="spec.ports.port"}'),
+    await d.metric('kubenftproxy_objects_rejected_total{kind="Service",reason="spec.clusterIPs"}'),
     1,
   );
   assert.equal(
