@@ -177,7 +177,8 @@ export function renderServicePort(
   const hasExternal = eTPLocal ? sel.local.length > 0 : sel.cluster.length > 0;
   const usesExternal = hasEndpoints && externallyAccessible;
   const ranges = port.loadBalancerSourceRanges.filter((c) => familyOf(c.split("/")[0]) === family);
-  const usesFirewall = hasEndpoints && lbIPs.length > 0 && port.loadBalancerSourceRanges.length > 0;
+  // Each family's ranges guard its LB IPs; a family without ranges stays open (upstream).
+  const usesFirewall = hasEndpoints && lbIPs.length > 0 && ranges.length > 0;
   const loadBalancerChain = usesFirewall ? chains.firewall : chains.external;
 
   const internalFilter = !hasEndpoints

@@ -146,9 +146,10 @@ export function renderServicePort(
     }
   }
 
-  // loadBalancerSourceRanges guard the load-balancer IPs only.
-  if (port.loadBalancerSourceRanges.length > 0) {
-    const ranges = outermost(inFamily(port.loadBalancerSourceRanges));
+  // loadBalancerSourceRanges guard the load-balancer IPs only, each family with its own
+  // ranges; a family without ranges stays open (upstream filters the ranges per family).
+  const ranges = outermost(inFamily(port.loadBalancerSourceRanges));
+  if (ranges.length > 0) {
     const nodeInRange = options.nodePortIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
     for (const lbIP of inFamily(port.loadBalancerIPs)) {
       const key = r.serviceKey({ address: lbIP, port: port.port });

@@ -1,0 +1,132 @@
+/**
+ * Behaviours where kube-proxy and we once differed, as packet-flow rows run in both modes
+ * (nft, and iptables through iptables-nft): what a cluster switching from kube-proxy relies on.
+ *
+ * - Dual-stack `loadBalancerSourceRanges`: each family's ranges guard that family's
+ *   load-balancer IPs, and a family without ranges stays open (upstream filters the ranges per
+ *   family in `newBaseServiceInfo` and firewalls a family only when it has some).
+ */
+import { netnsTestGate } from "../netns/netns.ts";
+import { createTopology, type Topology } from "../netns/topology.ts";
+import { type RunningProxy, startProxy } from "./proxy_harness.ts";
+import { startIptablesProxy } from "./iptables_harness.ts";
+import { endpointSlice, node, service, serviceCIDR } from "../fixtures/objects.ts";
+import { NODE_NAME, SERVICE_CIDR_V4, SERVICE_CIDR_V6 } from "../fixtures/ip_plan.ts";
+import type { RawObject } from "../../src/source/events.ts";
+import { checkAll, type FlowCase } from "./semantics_cases.ts";
+
+const gate = await netnsTestGate();
+
+const test = (name: string, fn: () => Promise<void>) =>
+  Deno.test({ name, ignore: gate.ignore, sanitizeOps: false, sanitizeResources: false, fn });
+
+/** Addresses of the parity cluster's services. */
+const ADDR = {
+  lbOpen: ["10.96.0.40", "fd00:10:96::40"],
+  lbOpenIP: ["203.0.113.40", "fd00:203::40"],
+  lbDenied: ["10.96.0.41", "fd00:10:96::41"],
+  lbDeniedIP: ["203.0.113.41", "fd00:203::41"],
+} as const;
+
+/** A dual-stack Service with endpoints on pod-a and pod-b in both families. */
+function dualStack(
+  topo: Topology,
+  name: string,
+  clusterIPs: readonly string[],
+  extra: { type?: "LoadBalancer"; spec?: Record<string, unknown>; lbIPs?: readonly string[] },
+): RawObject[] {
+  const pods = topo.pods.slice(0, 2);
+  return [
+    service({
+      name,
+      type: extra.type,
+      clusterIPs: [...clusterIPs],
+      spec: { ipFamilyPolicy: "RequireDualStack", ...extra.spec },
+      ...(extra.lbIPs
+        ? { status: { loadBalancer: { ingress: extra.lbIPs.map((ip) => ({ ip })) } } }
+        : {}),
+    }),
+    endpointSlice({ name: `${name}-4`, service: name, endpoints: pods.map((p) => p.ip4) }),
+    endpointSlice({
+      name: `${name}-6`,
+      service: name,
+      addressType: "IPv6",
+      endpoints: pods.map((p) => p.ip6!),
+    }),
+  ];
+}
+
+function parityCluster(topo: Topology): RawObject[] {
+  return [
+    node(NODE_NAME, { ips: [topo.node.ip4, topo.node.ip6!] }),
+    serviceCIDR("kubernetes", [SERVICE_CIDR_V4, SERVICE_CIDR_V6]),
+    // IPv4 ranges only: the client's IPv4 range is allowed, IPv6 has no ranges.
+    ...dualStack(topo, "lb-open", ADDR.lbOpen, {
+      type: "LoadBalancer",
+      spec: { loadBalancerSourceRanges: ["192.168.77.0/24"] },
+      lbIPs: ADDR.lbOpenIP,
+    }),
+    // IPv4 ranges only, none holding the client.
+    ...dualStack(topo, "lb-denied", ADDR.lbDenied, {
+      type: "LoadBalancer",
+      spec: { loadBalancerSourceRanges: ["198.51.100.0/24"] },
+      lbIPs: ADDR.lbDeniedIP,
+    }),
+  ];
+}
+
+function parityCases(): FlowCase[] {
+  const both = ["pod-a", "pod-b"];
+  return [
+    {
+      name: "IPv4 LB IP: the client is inside the IPv4 source ranges",
+      from: "client",
+      to: `${ADDR.lbOpenIP[0]}:80`,
+      expect: { reach: both },
+    },
+    {
+      name: "IPv6 LB IP: no IPv6 source ranges, so open",
+      from: "client",
+      to: `[${ADDR.lbOpenIP[1]}]:80`,
+      expect: { reach: both },
+    },
+    {
+      name: "IPv4 LB IP: the client is outside every IPv4 source range",
+      from: "client",
+      to: `${ADDR.lbDeniedIP[0]}:80`,
+      expect: { outcome: "dropped" },
+    },
+    {
+      name: "IPv6 LB IP of the same Service: IPv4 ranges do not close it",
+      from: "client",
+      to: `[${ADDR.lbDeniedIP[1]}]:80`,
+      expect: { reach: both },
+    },
+  ];
+}
+
+async function withMode(
+  mode: "nft" | "iptables",
+  fn: (topo: Topology, proxy: RunningProxy) => Promise<void>,
+): Promise<void> {
+  gate.assertUsable();
+  const topo = await createTopology();
+  try {
+    const objects = parityCluster(topo);
+    const proxy = mode === "nft"
+      ? await startProxy(topo, objects)
+      : await startIptablesProxy(topo, objects);
+    try {
+      await fn(topo, proxy);
+    } finally {
+      await proxy.stop();
+    }
+  } finally {
+    await topo.cleanup();
+  }
+}
+
+for (const mode of ["nft", "iptables"] as const) {
+  test(`${mode} mode: behaves as kube-proxy where we once differed`, () =>
+    withMode(mode, (topo) => checkAll(topo, parityCases())));
+}
