@@ -49,7 +49,7 @@ export async function main(args: readonly string[]): Promise<number> {
     console.error(`kube-nftproxy: ${err.message}`);
     return 2;
   }
-  const { config, actions } = commandLine;
+  const { config, actions, warnings } = commandLine;
   if (actions.showHelp) return print(helpText());
   if (actions.showVersion) return print(`kube-nftproxy ${VERSION}`);
   if (actions.writeConfigTo !== "") {
@@ -57,6 +57,7 @@ export async function main(args: readonly string[]): Promise<number> {
     return 0;
   }
   const log = createLogger({ verbosity: config.verbosity });
+  warnings.forEach((line) => log.warn(line));
   const context = { log, nftPath };
   if (actions.cleanup || actions.cleanupIptables) {
     await cleanUp(config, context, actions);
