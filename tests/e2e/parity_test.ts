@@ -5,9 +5,13 @@
  * - Dual-stack `loadBalancerSourceRanges`: each family's ranges guard that family's
  *   load-balancer IPs, and a family without ranges stays open (upstream filters the ranges per
  *   family in `newBaseServiceInfo` and firewalls a family only when it has some).
+ * - ClientIP affinity holds per service port, whichever entry point the client uses: a client
+ *   that reached an endpoint through the cluster IP reaches it through the load-balancer IP and
+ *   the node port too (upstream keeps one set of clients per endpoint of the service port).
  */
+import assert from "node:assert/strict";
 import { netnsTestGate } from "../netns/netns.ts";
-import { createTopology, type Topology } from "../netns/topology.ts";
+import { createTopology, probe, type Topology } from "../netns/topology.ts";
 import { type RunningProxy, startProxy } from "./proxy_harness.ts";
 import { startIptablesProxy } from "./iptables_harness.ts";
 import { endpointSlice, node, service, serviceCIDR } from "../fixtures/objects.ts";
@@ -26,21 +30,38 @@ const ADDR = {
   lbOpenIP: ["203.0.113.40", "fd00:203::40"],
   lbDenied: ["10.96.0.41", "fd00:10:96::41"],
   lbDeniedIP: ["203.0.113.41", "fd00:203::41"],
+  sticky: ["10.96.0.42", "fd00:10:96::42"],
+  /** Per family: two load-balancer IPs and an external IP. */
+  stickyEntries: [["203.0.113.42", "203.0.113.44", "203.0.113.43"], [
+    "fd00:203::42",
+    "fd00:203::44",
+    "fd00:203::43",
+  ]],
 } as const;
 
-/** A dual-stack Service with endpoints on pod-a and pod-b in both families. */
+/** The sticky Service's node port. */
+const STICKY_NODE_PORT = 30142;
+
+/** A dual-stack Service with endpoints on pod-a and pod-b (or `pods`) in both families. */
 function dualStack(
   topo: Topology,
   name: string,
   clusterIPs: readonly string[],
-  extra: { type?: "LoadBalancer"; spec?: Record<string, unknown>; lbIPs?: readonly string[] },
+  extra: {
+    type?: "LoadBalancer";
+    spec?: Record<string, unknown>;
+    lbIPs?: readonly string[];
+    nodePort?: number;
+    pods?: number;
+  },
 ): RawObject[] {
-  const pods = topo.pods.slice(0, 2);
+  const pods = topo.pods.slice(0, extra.pods ?? 2);
   return [
     service({
       name,
       type: extra.type,
       clusterIPs: [...clusterIPs],
+      ...(extra.nodePort ? { ports: [{ name: "http", port: 80, nodePort: extra.nodePort }] } : {}),
       spec: { ipFamilyPolicy: "RequireDualStack", ...extra.spec },
       ...(extra.lbIPs
         ? { status: { loadBalancer: { ingress: extra.lbIPs.map((ip) => ({ ip })) } } }
@@ -72,7 +93,42 @@ function parityCluster(topo: Topology): RawObject[] {
       spec: { loadBalancerSourceRanges: ["198.51.100.0/24"] },
       lbIPs: ADDR.lbDeniedIP,
     }),
+    ...dualStack(topo, "sticky", ADDR.sticky, {
+      type: "LoadBalancer",
+      spec: {
+        sessionAffinity: "ClientIP",
+        externalIPs: [ADDR.stickyEntries[0][2], ADDR.stickyEntries[1][2]],
+      },
+      lbIPs: [...ADDR.stickyEntries[0].slice(0, 2), ...ADDR.stickyEntries[1].slice(0, 2)],
+      nodePort: STICKY_NODE_PORT,
+      pods: 3,
+    }),
   ];
+}
+
+/**
+ * The client reaches the sticky Service through its cluster IP, then through every other
+ * entry point of the same family: always the endpoint it got first.
+ */
+async function checkAffinityAcrossEntries(topo: Topology): Promise<void> {
+  const families = [
+    { at: (ip: string) => `${ip}:80`, node: `${topo.node.ip4}:${STICKY_NODE_PORT}`, i: 0 },
+    { at: (ip: string) => `[${ip}]:80`, node: `[${topo.node.ip6}]:${STICKY_NODE_PORT}`, i: 1 },
+  ];
+  const failures: string[] = [];
+  for (const { at, node, i } of families) {
+    const [first] = await probe(topo, topo.client.ns, at(ADDR.sticky[i]));
+    assert.equal(first.outcome, "ok", JSON.stringify(first));
+    const stuck = first.outcome === "ok" ? first.body : "";
+    for (const target of [...ADDR.stickyEntries[i].map(at), node, at(ADDR.sticky[i])]) {
+      const seen = (await probe(topo, topo.client.ns, target, { count: 4 }))
+        .map((r) => r.outcome === "ok" ? r.body : r.outcome);
+      if (seen.some((body) => body !== stuck)) {
+        failures.push(`${target}: ${seen.join()} (the cluster IP gave ${stuck})`);
+      }
+    }
+  }
+  assert.deepEqual(failures, [], failures.join("\n"));
 }
 
 function parityCases(): FlowCase[] {
@@ -128,5 +184,8 @@ async function withMode(
 
 for (const mode of ["nft", "iptables"] as const) {
   test(`${mode} mode: behaves as kube-proxy where we once differed`, () =>
-    withMode(mode, (topo) => checkAll(topo, parityCases())));
+    withMode(mode, async (topo) => {
+      await checkAll(topo, parityCases());
+      await checkAffinityAcrossEntries(topo);
+    }));
 }

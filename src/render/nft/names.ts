@@ -27,11 +27,13 @@ export const NAMES = {
   filterOutput: "filter-output",
   /** Base chain, filter hook output, after DNAT: the cluster-IP check for node traffic. */
   filterOutputPostDnat: "filter-output-post-dnat",
+  /** Base chain (IPv4), filter hook prerouting, after DNAT: records ClientIP affinity. */
+  filterPreroutingPostDnat: "filter-prerouting-post-dnat",
   /** Base chain, nat hook prerouting: DNAT of traffic arriving at the node. */
   natPrerouting: "nat-prerouting",
   /** Base chain, nat hook output: DNAT of traffic sent by the node. */
   natOutput: "nat-output",
-  /** Base chain, nat hook postrouting: affinity records, hairpin, masquerade. */
+  /** Base chain, nat hook postrouting: hairpin, masquerade. */
   natPostrouting: "nat-postrouting",
   /** Dispatches a packet to its service via `service-ips` and `service-nodeports`. */
   services: "services",
@@ -67,10 +69,15 @@ export const NAMES = {
   firewallAllow: "firewall-allow",
   /** Set: `endpoint . endpoint` for every endpoint: matches a pod DNATed back to itself. */
   hairpinEndpoints: "hairpin-endpoints",
-  /** Dynamic map: `client . daddr . l4proto . dport` → the endpoint the client sticks to. */
+  /**
+   * Dynamic map (IPv4): `client . service-port id` → the endpoint the client sticks to, whichever
+   * entry point of the service port it used (the id travels in `meta priority`, see affinity.ts).
+   */
   affinity: "affinity",
-  /** Verdict map: `daddr . l4proto . dport` of ClientIP services → jump to their recorder. */
-  affinityServices: "affinity-services",
+  /** Map (IPv4): `daddr . l4proto . dport` of a ClientIP service port's entry point → its id. */
+  affinityIds: "affinity-ids",
+  /** Verdict map (IPv4): service-port id → jump to the chain recording its affinity. */
+  affinityRecorders: "affinity-recorders",
 } as const;
 
 /**

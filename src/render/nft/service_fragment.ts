@@ -21,8 +21,9 @@
 import type { Endpoint } from "../../model/endpoint.ts";
 import { formatEndpoint } from "../../model/endpoint.ts";
 import { cidrContains } from "../../model/ip.ts";
-import type { ServicePort } from "../../model/service_port.ts";
+import { type ServicePort, servicePortKey } from "../../model/service_port.ts";
 import { selectEndpoints } from "../endpoints.ts";
+import { AffinityIds, formatAffinityId } from "./affinity.ts";
 import { ELEMENT_SEPARATOR, type EntryElements, type Fragment } from "./fragment.ts";
 import {
   affinityChainName,
@@ -82,18 +83,20 @@ interface Entry {
 
 /**
  * Renders what one service port adds to a family's table, or null when the port has no
- * address in this family.
+ * address in this family. `affinityIds` gives an IPv4 ClientIP port its id (see affinity.ts);
+ * by default a fresh allocator, for callers that only read the rules.
  */
 export function renderServicePort(
   port: ServicePort,
   endpoints: readonly Endpoint[],
   options: NftRenderOptions,
+  affinityIds: AffinityIds = new AffinityIds(),
 ): Fragment | null {
   const v6 = options.family === "ip6";
   const inFamily = (ips: readonly string[]) => ofFamily(ips, v6);
   const clusterIP = port.clusterIPs.find((ip) => ip.includes(":") === v6);
   if (clusterIP === undefined) return null;
-  const r = new FragmentBuilder(port, options);
+  const r = new FragmentBuilder(port, options, affinityIds);
   const selection = selectEndpoints(port, ofFamily(endpoints, v6), options);
   const internal = port.internalPolicyLocal ? selection.local : selection.cluster;
   const sticky = port.sessionAffinity !== null;
@@ -219,9 +222,15 @@ class FragmentBuilder {
   /** `comment "…"` as an element carries it (with its leading space), or nothing. */
   readonly #commentText: string;
 
-  constructor(port: ServicePort, options: NftRenderOptions) {
+  /** The IPv4 ClientIP id (`meta priority`) of this service port, or "" without one. */
+  readonly #affinityId: string;
+
+  constructor(port: ServicePort, options: NftRenderOptions, affinityIds: AffinityIds) {
     this.#port = port;
     this.#options = options;
+    this.#affinityId = port.sessionAffinity !== null && options.family === "ip"
+      ? formatAffinityId(affinityIds.idOf(servicePortKey(port.name)))
+      : "";
     this.proto = port.name.protocol.toLowerCase() as NftProtocol;
     this.#comment = serviceComment(port.name);
     this.#commentText = this.#comment ? ` comment "${this.#comment}"` : "";
@@ -284,10 +293,12 @@ class FragmentBuilder {
       }
     }
     const affinity = this.#port.sessionAffinity;
-    if (affinity !== null && this.#options.family === "ip") {
+    if (affinity !== null && this.#affinityId !== "") {
+      // Every entry point of the port leads to its one id; the id to its recorder.
       const recorder = affinityChainName(affinity.timeoutSeconds);
       this.chains.set(recorder, affinityRecorderRules(affinity.timeoutSeconds));
-      this.element(NAMES.affinityServices, key, `jump ${recorder}`);
+      this.element(NAMES.affinityIds, key, this.#affinityId);
+      this.element(NAMES.affinityRecorders, this.#affinityId, `jump ${recorder}`);
     }
   }
 
@@ -308,7 +319,10 @@ class FragmentBuilder {
     if (!spec.sticky) return plainName;
     const name = balancerChainName(spec);
     this.chains.set(name, [
-      `dnat ${f} to ${f} saddr . ${f} daddr . meta l4proto . th dport map @${NAMES.affinity}`,
+      // The service port's id, unless the packet carries a priority of its own (then no
+      // affinity: the id would overwrite it).
+      `meta priority none meta priority set ${f} daddr . meta l4proto . th dport map @${NAMES.affinityIds}`,
+      `meta l4proto ${spec.protocol} dnat ${f} to ${f} saddr . meta priority map @${NAMES.affinity}`,
       `goto ${plainName}`,
     ]);
     return name;
@@ -403,9 +417,15 @@ class FragmentBuilder {
   }
 }
 
-/** Rules of `affinity-<T>` (IPv4): remember, per client and entry point, the endpoint chosen. */
+/**
+ * Rules of `affinity-<T>` (IPv4): remember, per client and service port (its id, in `meta
+ * priority`), the endpoint chosen; then clear the priority, which only carried the id.
+ */
 function affinityRecorderRules(timeoutSeconds: number): string[] {
-  return NFT_PROTOCOLS.map((p) =>
-    `meta l4proto ${p} update @${NAMES.affinity} { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout ${timeoutSeconds}s : ip daddr . ${p} dport }`
-  );
+  return [
+    ...NFT_PROTOCOLS.map((p) =>
+      `meta l4proto ${p} ct status dnat update @${NAMES.affinity} { ip saddr . meta priority timeout ${timeoutSeconds}s : ip daddr . ${p} dport }`
+    ),
+    "meta priority set none",
+  ];
 }

@@ -57,11 +57,9 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     : [];
   const clusterIPRules = [`${f} daddr @${NAMES.clusterIPs} reject`];
   for (const cidr of options.serviceCIDRs) clusterIPRules.push(`${f} daddr ${cidr} drop`);
-  const affinityRecords = f === "ip6"
-    ? []
-    : NFT_PROTOCOLS.map((p) =>
-      `meta l4proto ${p} ct status dnat ct original ${f} daddr . meta l4proto . ct original proto-dst vmap @${NAMES.affinityServices}`
-    );
+  // IPv4 ClientIP: right after DNAT, a packet carrying a service port's id records its endpoint
+  // (affinity.ts). Not later: forwarding resets the priority.
+  const affinityRecords = f === "ip6" ? [] : [`meta priority vmap @${NAMES.affinityRecorders}`];
 
   const chains: ChainWithRules[] = [
     filter(NAMES.filterPrerouting, "prerouting", -110, [newConn(NAMES.firewallCheck)]),
@@ -78,11 +76,16 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
       newConn(NAMES.nodeportEndpointsCheck),
       newConn(NAMES.firewallCheck),
     ]),
-    filter(NAMES.filterOutputPostDnat, "output", -90, [newConn(NAMES.clusterIPsCheck)]),
+    filter(NAMES.filterOutputPostDnat, "output", -90, [
+      ...affinityRecords,
+      newConn(NAMES.clusterIPsCheck),
+    ]),
+    ...(f === "ip6"
+      ? []
+      : [filter(NAMES.filterPreroutingPostDnat, "prerouting", -90, affinityRecords)]),
     nat(NAMES.natPrerouting, "prerouting", "dstnat", [`jump ${NAMES.services}`]),
     nat(NAMES.natOutput, "output", -100, [`jump ${NAMES.services}`]),
     nat(NAMES.natPostrouting, "postrouting", "srcnat", [
-      ...affinityRecords,
       `ct status dnat ${f} saddr . ${f} daddr @${NAMES.hairpinEndpoints} jump ${NAMES.markForMasquerade}`,
       `jump ${NAMES.masquerading}`,
     ]),
@@ -174,16 +177,21 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     ...(f === "ip6" ? [] : [{
       kind: "map" as const,
       name: NAMES.affinity,
-      type: `type ${addr} . ${serviceKey} : ${addr} . inet_service`,
+      type: `type ${addr} . classid : ${addr} . inet_service`,
       flags: ["dynamic", "timeout"],
       size: AFFINITY_MAP_SIZE,
       dynamic: true,
-      comment: "ClientIP affinity: client . entry point to the endpoint it sticks to",
+      comment: "ClientIP affinity: client . service port id to the endpoint it sticks to",
     }, {
       kind: "map" as const,
-      name: NAMES.affinityServices,
-      type: `type ${serviceKey} : verdict`,
-      comment: "ClientIP affinity services: entry point to the chain recording affinity",
+      name: NAMES.affinityIds,
+      type: `type ${serviceKey} : classid`,
+      comment: "ClientIP affinity: entry point to its service port's id",
+    }, {
+      kind: "map" as const,
+      name: NAMES.affinityRecorders,
+      type: "type classid : verdict",
+      comment: "ClientIP affinity: service port id to the chain recording affinity",
     }]),
   ];
   const elements = options.nodePortIPs.map((ip): ElementDef => ({
