@@ -130,8 +130,9 @@ export function declareFlags() {
     .addOption(
       new Option(
         "--nodeport-addresses <cidrs>",
-        "CIDRs, comma-separated, whose node addresses accept NodePorts, or 'primary' for the " +
-          "Node's primary IPs (default: primary)",
+        "CIDRs, comma-separated, whose node addresses accept NodePorts (0.0.0.0/0, ::/0: every " +
+          "local address), or 'primary' for the Node's primary IPs (default: primary in nft " +
+          "mode, every local address in iptables mode)",
       ).argParser(collect),
     )
     .addOption(booleanFlag("--masquerade-all", "SNAT all traffic sent to service IPs"))

@@ -562,7 +562,7 @@ Deno.test("helpText() shows the defaults of the flags that have one", () => {
       "(default: 0.0.0.0:10256)",
       "(default: 127.0.0.1:10249)",
       "(default: ClusterCIDR)",
-      "(default: primary)",
+      "(default: primary in nft mode, every local address in iptables mode)",
       "(default: 0.0.0.0)",
       "(default: $NODE_NAME, else the host name, lowercased)",
     ]

@@ -8,6 +8,10 @@
  * - ClientIP affinity holds per service port, whichever entry point the client uses: a client
  *   that reached an endpoint through the cluster IP reaches it through the load-balancer IP and
  *   the node port too (upstream keeps one set of clients per endpoint of the service port).
+ * - Node ports answer where upstream's do (`NodePortAddresses`): on every local address, even
+ *   one added after the last sync (a keepalived or MetalLB VIP), in iptables mode by default and
+ *   in nft mode with `0.0.0.0/0` / `::/0`; on the primary IPs in nft mode by default; and on
+ *   every local address while no node IP is known, never nowhere.
  */
 import assert from "node:assert/strict";
 import { netnsTestGate } from "../netns/netns.ts";
@@ -15,7 +19,12 @@ import { createTopology, probe, type Topology } from "../netns/topology.ts";
 import { type RunningProxy, startProxy } from "./proxy_harness.ts";
 import { startIptablesProxy } from "./iptables_harness.ts";
 import { endpointSlice, node, service, serviceCIDR } from "../fixtures/objects.ts";
-import { NODE_NAME, SERVICE_CIDR_V4, SERVICE_CIDR_V6 } from "../fixtures/ip_plan.ts";
+import {
+  NODE_CLIENT_IFACE,
+  NODE_NAME,
+  SERVICE_CIDR_V4,
+  SERVICE_CIDR_V6,
+} from "../fixtures/ip_plan.ts";
 import type { RawObject } from "../../src/source/events.ts";
 import { checkAll, type FlowCase } from "./semantics_cases.ts";
 
@@ -41,6 +50,10 @@ const ADDR = {
 
 /** The sticky Service's node port. */
 const STICKY_NODE_PORT = 30142;
+
+/** A plain NodePort Service's node port, and the VIP added to the node's client link. */
+const NODE_PORT = 30143;
+const VIP = ["192.168.77.50", "fd00:77::50"] as const;
 
 /** A dual-stack Service with endpoints on pod-a and pod-b (or `pods`) in both families. */
 function dualStack(
@@ -93,6 +106,7 @@ function parityCluster(topo: Topology): RawObject[] {
       spec: { loadBalancerSourceRanges: ["198.51.100.0/24"] },
       lbIPs: ADDR.lbDeniedIP,
     }),
+    ...nodePortService(topo),
     ...dualStack(topo, "sticky", ADDR.sticky, {
       type: "LoadBalancer",
       spec: {
@@ -103,6 +117,66 @@ function parityCluster(topo: Topology): RawObject[] {
       nodePort: STICKY_NODE_PORT,
       pods: 3,
     }),
+  ];
+}
+
+/** A dual-stack NodePort Service on pod-a and pod-b. */
+function nodePortService(topo: Topology): RawObject[] {
+  const objects = dualStack(topo, "np", ["10.96.0.45", "fd00:10:96::45"], {});
+  const svc = objects[0] as { spec: Record<string, unknown> };
+  svc.spec.type = "NodePort";
+  svc.spec.ports = [{
+    name: "http",
+    port: 80,
+    targetPort: 80,
+    protocol: "TCP",
+    nodePort: NODE_PORT,
+  }];
+  return objects;
+}
+
+/** Adds the VIPs to the node's client link (after the proxy's last sync). */
+async function addVIPs(topo: Topology): Promise<void> {
+  for (
+    const cmd of [
+      ["ip", "addr", "add", `${VIP[0]}/32`, "dev", NODE_CLIENT_IFACE],
+      ["ip", "addr", "add", `${VIP[1]}/128`, "dev", NODE_CLIENT_IFACE, "nodad"],
+    ]
+  ) {
+    const result = await topo.exec(topo.node.ns, cmd);
+    assert.equal(result.code, 0, result.stderr);
+  }
+}
+
+/** Node-port rows: the primary IPs, and the VIPs reached (or refused) as `onVIP` says. */
+function nodePortCases(topo: Topology, onVIP: "reach" | "refused"): FlowCase[] {
+  const both = ["pod-a", "pod-b"];
+  const vip = onVIP === "reach" ? { reach: both } : { outcome: "refused" as const };
+  return [
+    {
+      name: "node port on the primary IPv4",
+      from: "client",
+      to: `${topo.node.ip4}:${NODE_PORT}`,
+      expect: { reach: both },
+    },
+    {
+      name: "node port on the primary IPv6",
+      from: "client",
+      to: `[${topo.node.ip6}]:${NODE_PORT}`,
+      expect: { reach: both },
+    },
+    {
+      name: `node port on an IPv4 VIP: ${onVIP}`,
+      from: "client",
+      to: `${VIP[0]}:${NODE_PORT}`,
+      expect: vip,
+    },
+    {
+      name: `node port on an IPv6 VIP: ${onVIP}`,
+      from: "client",
+      to: `[${VIP[1]}]:${NODE_PORT}`,
+      expect: vip,
+    },
   ];
 }
 
@@ -164,14 +238,15 @@ function parityCases(): FlowCase[] {
 async function withMode(
   mode: "nft" | "iptables",
   fn: (topo: Topology, proxy: RunningProxy) => Promise<void>,
+  options: { args?: string[]; withoutNode?: boolean } = {},
 ): Promise<void> {
   gate.assertUsable();
   const topo = await createTopology();
   try {
-    const objects = parityCluster(topo);
+    const objects = parityCluster(topo).filter((o) => !options.withoutNode || o.kind !== "Node");
     const proxy = mode === "nft"
-      ? await startProxy(topo, objects)
-      : await startIptablesProxy(topo, objects);
+      ? await startProxy(topo, objects, { args: options.args })
+      : await startIptablesProxy(topo, objects, { args: options.args });
     try {
       await fn(topo, proxy);
     } finally {
@@ -188,4 +263,28 @@ for (const mode of ["nft", "iptables"] as const) {
       await checkAll(topo, parityCases());
       await checkAffinityAcrossEntries(topo);
     }));
+
+  test(`${mode} mode: node ports answer on every local address when no node IP is known`, () =>
+    withMode(mode, async (topo) => {
+      await addVIPs(topo);
+      await checkAll(topo, nodePortCases(topo, "reach"));
+    }, { withoutNode: true }));
 }
+
+test("iptables mode: node ports answer on every local address by default, as kube-proxy's", () =>
+  withMode("iptables", async (topo) => {
+    await addVIPs(topo);
+    await checkAll(topo, nodePortCases(topo, "reach"));
+  }));
+
+test("nft mode: node ports answer on the primary IPs only by default, as kube-proxy's", () =>
+  withMode("nft", async (topo) => {
+    await addVIPs(topo);
+    await checkAll(topo, nodePortCases(topo, "refused"));
+  }));
+
+test("nft mode: nodePortAddresses 0.0.0.0/0,::/0 means every local address, a new VIP too", () =>
+  withMode("nft", async (topo) => {
+    await addVIPs(topo);
+    await checkAll(topo, nodePortCases(topo, "reach"));
+  }, { args: ["--nodeport-addresses=0.0.0.0/0,::/0"] }));

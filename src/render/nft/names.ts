@@ -53,7 +53,7 @@ export const NAMES = {
   rejectChain: "reject-chain",
   /** Set: every cluster IP of this family. */
   clusterIPs: "cluster-ips",
-  /** Set: the node addresses that accept node ports. */
+  /** Set: the node addresses that accept node ports (empty when every local address does). */
   nodeportIPs: "nodeport-ips",
   /** Verdict map: `daddr . l4proto . dport` → the service's target (cluster, external, LB IPs). */
   serviceIPs: "service-ips",
@@ -76,6 +76,8 @@ export const NAMES = {
   affinity: "affinity",
   /** Map (IPv4): `daddr . l4proto . dport` of a ClientIP service port's entry point → its id. */
   affinityIds: "affinity-ids",
+  /** Map (IPv4): `l4proto . dport` of a ClientIP service port's node port → its id. */
+  affinityNodeportIds: "affinity-nodeport-ids",
   /** Verdict map (IPv4): service-port id → jump to the chain recording its affinity. */
   affinityRecorders: "affinity-recorders",
 } as const;
@@ -118,10 +120,13 @@ export const NFT_PROTOCOLS: readonly NftProtocol[] = ["tcp", "udp", "sctp"];
  * Map `daddr . l4proto . dport . index` → endpoint `addr . port`: all usable endpoints
  * (`cluster-endpoints-tcp`) or this node's (`local-endpoints-tcp`). One map per protocol: the
  * value's `typeof` must name a protocol, and nft 1.0.6 then makes every rule using the map
- * match that protocol (a `th dport` value cannot be read back from the kernel).
+ * match that protocol (a `th dport` value cannot be read back from the kernel). Node ports have
+ * maps of their own keyed without the address, `l4proto . dport . index`
+ * (`cluster-nodeport-endpoints-tcp`): a node port answers on whatever local address a packet
+ * comes to.
  */
-export function endpointMapName(local: boolean, protocol: NftProtocol): string {
-  return `${local ? "local" : "cluster"}-endpoints-${protocol}`;
+export function endpointMapName(local: boolean, protocol: NftProtocol, nodePort = false): string {
+  return `${local ? "local" : "cluster"}-${nodePort ? "nodeport-" : ""}endpoints-${protocol}`;
 }
 
 /** How a load-balancing chain picks an endpoint. */

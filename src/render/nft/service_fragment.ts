@@ -13,8 +13,10 @@
  *   internalTrafficPolicy Local); external entries go through the service's `external-…`
  *   chain, which masquerades (eTP Cluster) or short-circuits pods and the node to all endpoints
  *   and sends the rest to this node's endpoints (eTP Local).
- * - Each entry point (cluster IP, external IP, LB IP, node IP + node port) has its own N
- *   elements in `cluster-endpoints` or `local-endpoints`, keyed `entry . index`.
+ * - Each entry point (cluster IP, external IP, LB IP) has its own N elements in
+ *   `cluster-endpoints` or `local-endpoints`, keyed `entry . index`; a node port has N in
+ *   `cluster-nodeport-endpoints` or `local-nodeport-endpoints`, keyed `proto . port . index`,
+ *   whichever node address it is reached on.
  *
  * @module
  */
@@ -75,10 +77,14 @@ class EndpointElements implements EntryElements {
   }
 }
 
-/** One way into a service port: the address (or node IP) and port the client used. */
+/**
+ * One way into a service port: the address and port the client used, or a node port (on
+ * whichever node address: no address).
+ */
 interface Entry {
   readonly address: string;
   readonly port: number;
+  readonly nodePort?: true;
 }
 
 /**
@@ -119,9 +125,10 @@ export function renderServicePort(
   // External IPs, load-balancer IPs and node ports: external traffic policy.
   const addressEntries = [...inFamily(port.externalIPs), ...inFamily(port.loadBalancerIPs)]
     .map((address): Entry => ({ address, port: port.port }));
-  const nodePortEntries = port.nodePort === 0
+  const servesNodePorts = options.nodePortsOnAllAddresses || options.nodePortIPs.length > 0;
+  const nodePortEntries: Entry[] = port.nodePort === 0 || !servesNodePorts
     ? []
-    : options.nodePortIPs.map((address): Entry => ({ address, port: port.nodePort }));
+    : [{ address: "", port: port.nodePort, nodePort: true }];
   if (addressEntries.length + nodePortEntries.length > 0) {
     const nodePortKey = `${r.proto} . ${port.nodePort}`;
     if (!selection.any) {
@@ -153,7 +160,7 @@ export function renderServicePort(
   // ranges; a family without ranges stays open (upstream filters the ranges per family).
   const ranges = outermost(inFamily(port.loadBalancerSourceRanges));
   if (ranges.length > 0) {
-    const nodeInRange = options.nodePortIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
+    const nodeInRange = options.nodeIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
     for (const lbIP of inFamily(port.loadBalancerIPs)) {
       const key = r.serviceKey({ address: lbIP, port: port.port });
       r.element(NAMES.firewallIPs, key);
@@ -240,7 +247,9 @@ class FragmentBuilder {
     // One string per entry point (keys are kept), and flat: joined, not a tree of pieces.
     if (entry !== this.#lastEntry) {
       this.#lastEntry = entry;
-      this.#lastKey = [entry.address, this.proto, entry.port].join(" . ");
+      this.#lastKey = entry.nodePort
+        ? [this.proto, entry.port].join(" . ")
+        : [entry.address, this.proto, entry.port].join(" . ");
     }
     return this.#lastKey;
   }
@@ -279,7 +288,7 @@ class FragmentBuilder {
 
   /** The endpoints of one entry point in the cluster or local map, plus hairpin entries. */
   endpoints(entry: Entry, endpoints: readonly Endpoint[], local: boolean): void {
-    const map = endpointMapName(local, this.proto);
+    const map = endpointMapName(local, this.proto, entry.nodePort);
     const key = this.serviceKey(entry);
     if (endpoints.length > 0) {
       this.#entryElements(new EndpointElements(map, key, endpoints, this.#commentText));
@@ -297,7 +306,11 @@ class FragmentBuilder {
       // Every entry point of the port leads to its one id; the id to its recorder.
       const recorder = affinityChainName(affinity.timeoutSeconds);
       this.chains.set(recorder, affinityRecorderRules(affinity.timeoutSeconds));
-      this.element(NAMES.affinityIds, key, this.#affinityId);
+      this.element(
+        entry.nodePort ? NAMES.affinityNodeportIds : NAMES.affinityIds,
+        key,
+        this.#affinityId,
+      );
       this.element(NAMES.affinityRecorders, this.#affinityId, `jump ${recorder}`);
     }
   }
@@ -313,8 +326,12 @@ class FragmentBuilder {
     if (spec.sticky && f === "ip6") return this.#stickyIPv6(endpoints, spec.local);
     const plainName = balancerChainName({ ...spec, sticky: false });
     const map = endpointMapName(spec.local, spec.protocol);
+    const nodePortMap = endpointMapName(spec.local, spec.protocol, true);
+    const pick = `numgen random mod ${spec.count}`;
     this.chains.set(plainName, [
-      `dnat ${f} to ${f} daddr . meta l4proto . th dport . numgen random mod ${spec.count} map @${map}`,
+      `dnat ${f} to ${f} daddr . meta l4proto . th dport . ${pick} map @${map}`,
+      // No element for the packet's address: a node port, on whichever local address.
+      `dnat ${f} to meta l4proto . th dport . ${pick} map @${nodePortMap}`,
     ]);
     if (!spec.sticky) return plainName;
     const name = balancerChainName(spec);
@@ -322,6 +339,7 @@ class FragmentBuilder {
       // The service port's id, unless the packet carries a priority of its own (then no
       // affinity: the id would overwrite it).
       `meta priority none meta priority set ${f} daddr . meta l4proto . th dport map @${NAMES.affinityIds}`,
+      `meta priority none meta priority set meta l4proto . th dport map @${NAMES.affinityNodeportIds}`,
       `meta l4proto ${spec.protocol} dnat ${f} to ${f} saddr . meta priority map @${NAMES.affinity}`,
       `goto ${plainName}`,
     ]);
