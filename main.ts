@@ -20,7 +20,7 @@
  * @module
  */
 import { NoIPv4Error } from "./src/apply/families.ts";
-import { runConntrackCleanup } from "./src/apply/conntrack.ts";
+import { reconcileConntrack } from "./src/apply/conntrack.ts";
 import { applyConntrackSettings, conntrackSettings } from "./src/apply/conntrack_sysctls.ts";
 import { DryRunError } from "./src/backend/backend.ts";
 import { cleanUp, createBackend } from "./src/backend/backends.ts";
@@ -106,7 +106,9 @@ export async function main(args: readonly string[]): Promise<number> {
       source: await createSource(config, log),
       planner: proxier.planner,
       apply: kernel?.apply ?? collect,
-      conntrackCleanup: kernel ? (commands) => runConntrackCleanup(commands) : undefined,
+      conntrackReconcile: kernel
+        ? (services) => reconcileConntrack(services, { families: node.families })
+        : undefined,
       affinityCleanup: kernel?.cleanStaleAffinity,
       localAddresses: node.localAddresses,
       rulesIntact: kernel?.rulesIntact,
