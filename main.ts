@@ -20,7 +20,7 @@
  * @module
  */
 import { NoIPv4Error } from "./src/apply/families.ts";
-import { runConntrackCleanup } from "./src/apply/conntrack.ts";
+import { reconcileConntrack } from "./src/apply/conntrack.ts";
 import { applyConntrackSettings, conntrackSettings } from "./src/apply/conntrack_sysctls.ts";
 import { DryRunError } from "./src/backend/backend.ts";
 import { cleanUp, createBackend } from "./src/backend/backends.ts";
@@ -49,7 +49,7 @@ export async function main(args: readonly string[]): Promise<number> {
     console.error(`kube-nftproxy: ${err.message}`);
     return 2;
   }
-  const { config, actions } = commandLine;
+  const { config, actions, warnings } = commandLine;
   if (actions.showHelp) return print(helpText());
   if (actions.showVersion) return print(`kube-nftproxy ${VERSION}`);
   if (actions.writeConfigTo !== "") {
@@ -57,6 +57,7 @@ export async function main(args: readonly string[]): Promise<number> {
     return 0;
   }
   const log = createLogger({ verbosity: config.verbosity });
+  warnings.forEach((line) => log.warn(line));
   const context = { log, nftPath };
   if (actions.cleanup || actions.cleanupIptables) {
     await cleanUp(config, context, actions);
@@ -105,7 +106,9 @@ export async function main(args: readonly string[]): Promise<number> {
       source: await createSource(config, log),
       planner: proxier.planner,
       apply: kernel?.apply ?? collect,
-      conntrackCleanup: kernel ? (commands) => runConntrackCleanup(commands) : undefined,
+      conntrackReconcile: kernel
+        ? (services) => reconcileConntrack(services, { families: node.families })
+        : undefined,
       affinityCleanup: kernel?.cleanStaleAffinity,
       localAddresses: node.localAddresses,
       rulesIntact: kernel?.rulesIntact,

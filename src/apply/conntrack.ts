@@ -1,31 +1,39 @@
 /**
- * Stale UDP conntrack cleanup after a sync, like upstream kube-proxy's
- * (`pkg/proxy/conntrack`): running the commands conntrack_plan.ts plans with the `conntrack`
- * tool (argument arrays, never a shell).
+ * The conntrack reconciler, like upstream kube-proxy's (`CleanStaleEntries`,
+ * `pkg/proxy/conntrack`, 1.32+): after every sync, list each family's UDP entries with the
+ * `conntrack` tool and delete those conntrack_plan.ts finds stale (argument arrays, never a
+ * shell).
  *
  * Why: UDP has no connection end, so a conntrack entry lives as long as datagrams keep coming
  * (30 s unreplied, 120 s once replied, renewed by every packet). NAT is decided on a flow's
- * first packet only, so after a rule change an existing flow keeps its old fate:
- * - **stale endpoint**: a flow DNATed to an endpoint that is gone keeps going there (a
- *   black hole). Deleted: flows to the service IP:port (or to the node port) whose reply
- *   source is that endpoint (`--orig-dst SVC --orig-port-dst PORT --reply-src EP`).
- * - **stuck flow**: a flow that reached the service IP:port while it had no endpoints (no DNAT
- *   happened) stays un-NATed after endpoints appear. Deleted once the service has endpoints:
- *   flows to the service IP:port that were not DNATed (reply source is the service IP itself;
- *   for a node port, reply source port is the node port).
+ * first packet only, so after a rule change an existing flow keeps its old fate: a flow DNATed
+ * to an endpoint that is gone keeps going there (a black hole, typically DNS to a replaced
+ * CoreDNS pod), and a flow that reached a service before it had endpoints stays un-NATed.
+ * Reading the table, rather than diffing what the proxy saw change, also finds flows that went
+ * stale while the proxy was down or after a failed clean-up.
+ *
+ * Measured here (2 shared cores, Debian 12, conntrack 1.4.7, tests/load/conntrack_reconcile_test.ts):
+ * with 110,000 UDP entries one reconcile took 0.38 s when nothing was stale (listing 15 MB of
+ * text, then parsing it in 35-140 ms) and 0.97 s deleting 20,000 stale ones.
  *
  * @example
  * ```ts
- * const commands = planConntrackCleanup(
- *   [{ serviceIP: "10.96.0.10", port: 53, protocol: "UDP", nodePort: 0, endpoints: ["10.244.1.11"] }],
- *   [{ serviceIP: "10.96.0.10", port: 53, protocol: "UDP", nodePort: 0, endpoints: ["10.244.1.12"] }],
- * );
- * const deleted = await runConntrackCleanup(commands);
+ * const results = await reconcileConntrack(conntrackServices(state.services, state.endpoints));
+ * for (const r of results) console.log(r.family, r.deleted, r.seconds);
  * ```
  *
  * @module
  */
-import { canonical, type CleanupCommand, conntrackArgs } from "./conntrack_plan.ts";
+import type { IPFamily } from "../model/service_port.ts";
+import {
+  canonical,
+  type CleanupCommand,
+  conntrackArgs,
+  type ConntrackService,
+  type Family,
+  planConntrackReconcile,
+  type UdpFlow,
+} from "./conntrack_plan.ts";
 import { runProgram } from "./program.ts";
 
 /** How `conntrack` is run. */
@@ -38,28 +46,15 @@ export interface ConntrackRunOptions {
   timeoutMs?: number;
   /** Commands run at the same time (they are independent). Default 4. */
   concurrency?: number;
-  /**
-   * List the UDP entries first (`conntrack -L`, once per family) and run only the commands that
-   * match one: one process instead of one per endpoint, since most removed endpoints have no
-   * UDP flow at all. Default: when there are {@link LIST_FIRST_MIN_COMMANDS} commands or more.
-   */
-  listFirst?: boolean;
 }
 
-/** From this many commands on, {@link runConntrackCleanup} lists the entries first. */
-export const LIST_FIRST_MIN_COMMANDS = 8;
-
-/** A UDP conntrack entry, as far as the cleanup commands look at it. */
-export interface UdpFlow {
-  readonly origDst: string;
-  readonly origPortDst: number;
-  readonly replySrc: string;
-  readonly replyPortSrc: number;
-}
+/** One UDP entry of `conntrack -L` (plain or `-o extended`): original dst, reply src. */
+const FLOW =
+  /\budp +17 +\d+ +src=\S+ dst=(\S+) sport=\d+ dport=(\d+) (?:\[\w+\] )*src=(\S+) dst=\S+ sport=(\d+)/g;
 
 /**
  * Reads the UDP entries of `conntrack -L` output (plain or `-o extended`); other lines are
- * skipped. Addresses are canonical (as {@link planConntrackCleanup} writes them).
+ * skipped. Addresses are canonical (as the planner writes them).
  *
  * @example
  * ```ts
@@ -69,41 +64,21 @@ export interface UdpFlow {
  * ```
  */
 export function parseUdpFlows(text: string): UdpFlow[] {
+  // A table holds few distinct service and endpoint addresses: canonicalise each once.
+  const seen = new Map<string, string | null>();
+  const canon = (address: string) => {
+    let ip = seen.get(address);
+    if (ip === undefined) seen.set(address, ip = canonical(address)?.ip ?? null);
+    return ip;
+  };
   const flows: UdpFlow[] = [];
-  for (const line of text.split("\n")) {
-    const tokens = line.trim().split(/\s+/);
-    const proto = tokens.findIndex((t) => !/^(?:\[.*\]|ipv[46]|\d+)$/.test(t));
-    if (tokens[proto] !== "udp") continue;
-    const tuples: Record<string, string>[] = [];
-    for (const token of tokens) {
-      const eq = token.indexOf("=");
-      if (eq < 0) continue;
-      const key = token.slice(0, eq);
-      if (key === "src") tuples.push({});
-      if (tuples.length > 0 && !(key in tuples[tuples.length - 1])) {
-        tuples[tuples.length - 1][key] = token.slice(eq + 1);
-      }
-    }
-    const [orig, reply] = tuples;
-    const origDst = canonical(orig?.dst ?? "");
-    const replySrc = canonical(reply?.src ?? "");
-    if (!origDst || !replySrc) continue;
-    flows.push({
-      origDst: origDst.ip,
-      origPortDst: Number(orig.dport),
-      replySrc: replySrc.ip,
-      replyPortSrc: Number(reply.sport),
-    });
+  for (const m of text.matchAll(FLOW)) {
+    const origDst = canon(m[1]);
+    const replySrc = canon(m[3]);
+    if (origDst === null || replySrc === null) continue;
+    flows.push({ origDst, origPortDst: Number(m[2]), replySrc, replyPortSrc: Number(m[4]) });
   }
   return flows;
-}
-
-/** Whether `command` would delete `flow` (both of the same family). */
-export function commandMatches(command: CleanupCommand, flow: UdpFlow): boolean {
-  return flow.origPortDst === command.origPortDst &&
-    (command.origDst === undefined || command.origDst === flow.origDst) &&
-    (command.replySrc === undefined || command.replySrc === flow.replySrc) &&
-    (command.replyPortSrc === undefined || command.replyPortSrc === flow.replyPortSrc);
 }
 
 /** `conntrack` could not be run, or refused or failed some commands. */
@@ -140,7 +115,7 @@ export function conntrackCommandLine(
 const DELETED = /(\d+) flow entries have been deleted/;
 
 /**
- * Runs the commands (a few at a time, see `concurrency`) and returns how many entries they
+ * Runs deletion commands (a few at a time, see `concurrency`) and returns how many entries they
  * deleted. "0 flow entries have been deleted" (exit code 1) is not an error. When some commands
  * fail, the others still run, then a {@link ConntrackError} reports the failures and the count
  * deleted; when `conntrack` cannot be started at all, no further command is started and that
@@ -155,8 +130,7 @@ export async function runConntrackCleanup(
   commands: readonly CleanupCommand[],
   options: ConntrackRunOptions = {},
 ): Promise<number> {
-  const listFirst = options.listFirst ?? commands.length >= LIST_FIRST_MIN_COMMANDS;
-  const toRun = listFirst ? await onlyMatching(commands, options) : commands;
+  const toRun = commands;
   let deleted = 0;
   const failures: { args: string[]; stderr: string }[] = [];
   let spawnError: ConntrackError | undefined;
@@ -201,34 +175,72 @@ export async function runConntrackCleanup(
   return deleted;
 }
 
+/** What reconciling one family did. */
+export interface ReconcileResult {
+  readonly family: IPFamily;
+  /** Entries deleted. */
+  readonly deleted: number;
+  /** Time taken, listing included. */
+  readonly seconds: number;
+  /** Why listing or deleting failed, if it did (some entries may be deleted nevertheless). */
+  readonly error?: Error;
+}
+
+/** Options of {@link reconcileConntrack}. */
+export interface ReconcileOptions extends ConntrackRunOptions {
+  /** Families to reconcile. Default both. */
+  families?: readonly IPFamily[];
+  /** Milliseconds now, for the durations. Default `performance.now`. */
+  now?: () => number;
+}
+
 /**
- * The commands that match an entry of the current table. When listing fails, all of them:
- * running a command that finds nothing costs time, skipping a needed one breaks a flow.
+ * Lists each family's UDP entries and deletes those whose reply source is not a serving
+ * endpoint of their service IP or node port (`planConntrackReconcile`). A family that fails is
+ * reported in its result; the others still run.
  */
-async function onlyMatching(
-  commands: readonly CleanupCommand[],
-  options: ConntrackRunOptions,
-): Promise<readonly CleanupCommand[]> {
-  const kept: CleanupCommand[] = [];
-  for (const family of ["ipv4", "ipv6"] as const) {
-    const ofFamily = commands.filter((c) => c.family === family);
-    if (ofFamily.length === 0) continue;
-    const program = [options.conntrackPath ?? "conntrack", "-L", "-f", family, "-p", "udp"];
-    const argv = options.netns === undefined
-      ? program
-      : ["ip", "netns", "exec", options.netns, ...program];
-    let flows: UdpFlow[] | undefined;
+export async function reconcileConntrack(
+  services: readonly ConntrackService[],
+  options: ReconcileOptions = {},
+): Promise<ReconcileResult[]> {
+  const now = options.now ?? (() => performance.now());
+  const results: ReconcileResult[] = [];
+  for (const family of options.families ?? ["IPv4", "IPv6"] as const) {
+    const started = now();
+    const seconds = () => (now() - started) / 1000;
+    const ctFamily: Family = family === "IPv4" ? "ipv4" : "ipv6";
+    let commands: CleanupCommand[];
     try {
-      const result = await runProgram(argv, { timeoutMs: options.timeoutMs ?? 10_000 });
-      if (result.code === 0 && !result.timedOut) flows = parseUdpFlows(result.stdout);
-    } catch {
-      // the delete commands will report it
+      const flows = await listUdpFlows(ctFamily, options);
+      commands = planConntrackReconcile(flows, services, ctFamily);
+    } catch (err) {
+      results.push({ family, deleted: 0, seconds: seconds(), error: err as Error });
+      continue;
     }
-    kept.push(
-      ...(flows === undefined
-        ? ofFamily
-        : ofFamily.filter((c) => flows.some((f) => commandMatches(c, f)))),
+    try {
+      const deleted = commands.length === 0 ? 0 : await runConntrackCleanup(commands, options);
+      results.push({ family, deleted, seconds: seconds() });
+    } catch (err) {
+      const deleted = err instanceof ConntrackError ? err.deleted : 0;
+      results.push({ family, deleted, seconds: seconds(), error: err as Error });
+    }
+  }
+  return results;
+}
+
+/** `conntrack -L -f FAMILY -p udp`, parsed. */
+async function listUdpFlows(family: Family, options: ConntrackRunOptions): Promise<UdpFlow[]> {
+  const program = [options.conntrackPath ?? "conntrack", "-L", "-f", family, "-p", "udp"];
+  const argv = options.netns === undefined
+    ? program
+    : ["ip", "netns", "exec", options.netns, ...program];
+  const result = await runProgram(argv, { timeoutMs: options.timeoutMs ?? 10_000 });
+  if (result.timedOut || result.code !== 0) {
+    const why = result.timedOut ? "timed out" : `exit code ${result.code}`;
+    throw new ConntrackError(
+      `cannot list the ${family} conntrack table: ${why}: ${result.stderr.trim()}`,
+      { deleted: 0, failures: [] },
     );
   }
-  return kept;
+  return parseUdpFlows(result.stdout);
 }

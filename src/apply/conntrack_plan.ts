@@ -1,19 +1,22 @@
 /**
- * Which stale UDP conntrack entries to delete after a sync, like upstream kube-proxy's
- * (`pkg/proxy/conntrack`): a pure planner comparing what two syncs programmed, and the tracker
- * that remembers the last sync between calls. conntrack.ts runs the commands it plans (see there
- * why UDP flows go stale).
+ * Which stale UDP conntrack entries to delete, as upstream kube-proxy's conntrack reconciler
+ * decides it (`CleanStaleEntries` in `pkg/proxy/conntrack/cleanup.go`, 1.32+): a pure function
+ * of the table's UDP entries and the service addresses the proxy programs. conntrack.ts lists
+ * the table and runs the deletions (see there why UDP flows go stale).
  *
- * Only UDP, as upstream (TCP and SCTP flows end by themselves and are refused or reset).
+ * Every UDP entry whose original destination is a service IP (cluster, external or load-balancer
+ * IP of a UDP service port) or whose original destination port is a UDP node port, and whose
+ * reply source is not a serving endpoint of it, is deleted: one that was DNATed to an endpoint
+ * since gone (also while the proxy was down), and one that reached the service before it had
+ * endpoints and was never DNATed. Only UDP, as upstream (TCP and SCTP flows end by themselves).
  * Endpoints count while they are serving, whatever the traffic policies or topology: a policy
  * change must not break existing flows (upstream's rule).
  *
  * @example
  * ```ts
- * const commands = planConntrackCleanup(
- *   [{ serviceIP: "10.96.0.10", port: 53, protocol: "UDP", nodePort: 0, endpoints: ["10.244.1.11"] }],
- *   [{ serviceIP: "10.96.0.10", port: 53, protocol: "UDP", nodePort: 0, endpoints: ["10.244.1.12"] }],
- * );
+ * const services = conntrackServices(state.services, state.endpoints);
+ * planConntrackReconcile(parseUdpFlows(listing), services, "ipv4");
+ * // [{ family: "ipv4", origDst: "10.96.0.10", replySrc: "10.244.1.11" }]
  * ```
  *
  * @module
@@ -35,21 +38,19 @@ export interface ConntrackService {
   readonly endpoints: readonly string[];
 }
 
-/** Why a {@link CleanupCommand} deletes flows. */
-export type CleanupReason = "stale-endpoint" | "stuck-without-endpoints";
-
-/** One `conntrack -D` invocation: every given field must match the flows it deletes. */
+/**
+ * One `conntrack -D` filter: every given field must match the flows it deletes (upstream's
+ * `filterForNAT`: original destination and reply source; `filterForPortNAT`: original
+ * destination port and reply source).
+ */
 export interface CleanupCommand {
-  readonly family: "ipv4" | "ipv6";
-  readonly reason: CleanupReason;
+  readonly family: Family;
   /** Original destination address (the service IP); absent for node-port commands. */
   readonly origDst?: string;
-  /** Original destination port (service port or node port). */
-  readonly origPortDst: number;
-  /** Reply source address: the stale endpoint, or the service IP for a stuck flow. */
-  readonly replySrc?: string;
-  /** Reply source port: the node port, for a stuck node-port flow. */
-  readonly replyPortSrc?: number;
+  /** Original destination port (the node port); absent for service-IP commands. */
+  readonly origPortDst?: number;
+  /** Reply source address: where the flow was DNATed (or the service IP, if it was not). */
+  readonly replySrc: string;
 }
 
 /**
@@ -57,18 +58,15 @@ export interface CleanupCommand {
  *
  * @example
  * ```ts
- * conntrackArgs({ family: "ipv4", reason: "stale-endpoint", origDst: "10.96.0.10",
- *   origPortDst: 53, replySrc: "10.244.1.11" });
- * // ["-D", "-f", "ipv4", "-p", "udp", "--orig-dst", "10.96.0.10", "--orig-port-dst", "53",
- * //  "--reply-src", "10.244.1.11"]
+ * conntrackArgs({ family: "ipv4", origDst: "10.96.0.10", replySrc: "10.244.1.11" });
+ * // ["-D", "-f", "ipv4", "-p", "udp", "--orig-dst", "10.96.0.10", "--reply-src", "10.244.1.11"]
  * ```
  */
 export function conntrackArgs(command: CleanupCommand): string[] {
   const args = ["-D", "-f", command.family, "-p", "udp"];
   if (command.origDst !== undefined) args.push("--orig-dst", command.origDst);
-  args.push("--orig-port-dst", `${command.origPortDst}`);
-  if (command.replySrc !== undefined) args.push("--reply-src", command.replySrc);
-  if (command.replyPortSrc !== undefined) args.push("--reply-port-src", `${command.replyPortSrc}`);
+  if (command.origPortDst !== undefined) args.push("--orig-port-dst", `${command.origPortDst}`);
+  args.push("--reply-src", command.replySrc);
   return args;
 }
 
@@ -82,113 +80,73 @@ export function canonical(text: string): { ip: string; family: Family } | undefi
   return { ip: addr.toString(), family: addr.kind() };
 }
 
-/** Serving endpoint IPs per target: `family ip port` and `family nodePort` keys. */
-interface Targets {
-  readonly byAddress: Map<string, { family: Family; ip: string; port: number; eps: Set<string> }>;
-  readonly byNodePort: Map<string, { family: Family; nodePort: number; eps: Set<string> }>;
-}
-
-function targetsOf(records: readonly ConntrackService[]): Targets {
-  const targets: Targets = { byAddress: new Map(), byNodePort: new Map() };
-  for (const record of records) {
-    if (record.protocol !== "UDP") continue;
-    const service = canonical(record.serviceIP);
-    if (service === undefined) continue;
-    const eps = record.endpoints.flatMap((e) => {
-      const ep = canonical(e);
-      return ep && ep.family === service.family ? [ep.ip] : [];
-    });
-    const addressKey = `${service.family} ${service.ip} ${record.port}`;
-    const byAddress = targets.byAddress.get(addressKey) ??
-      { family: service.family, ip: service.ip, port: record.port, eps: new Set<string>() };
-    eps.forEach((ep) => byAddress.eps.add(ep));
-    targets.byAddress.set(addressKey, byAddress);
-    if (record.nodePort > 0) {
-      const nodePortKey = `${service.family} ${record.nodePort}`;
-      const byNodePort = targets.byNodePort.get(nodePortKey) ??
-        { family: service.family, nodePort: record.nodePort, eps: new Set<string>() };
-      eps.forEach((ep) => byNodePort.eps.add(ep));
-      targets.byNodePort.set(nodePortKey, byNodePort);
-    }
-  }
-  return targets;
+/** A UDP conntrack entry, as far as the reconciler looks at it (canonical addresses). */
+export interface UdpFlow {
+  readonly origDst: string;
+  readonly origPortDst: number;
+  readonly replySrc: string;
+  readonly replyPortSrc: number;
 }
 
 /**
- * Plans the conntrack deletions a sync needs, from the service addresses the previous sync
- * programmed (`before`) and those this sync programmed (`after`). A record missing on one side
- * counts as "no endpoints" there (a new or deleted service). The result is deduplicated and
- * sorted; it is empty when no UDP endpoint went away and no UDP service gained its first ones.
- *
- * - each endpoint in `before` but not in `after` for the same service IP:port gets a
- *   `stale-endpoint` command; the same per node port (flows to any node address);
- * - each service IP:port (or node port) with no endpoints before and some after gets a
- *   `stuck-without-endpoints` command, deleting only flows that were not DNATed.
+ * The deletions that leave no UDP flow of `family` pointing anywhere but at a serving endpoint
+ * of its service IP or node port (see the module doc). One command per distinct filter, sorted.
+ * A service IP of several UDP ports allows the serving endpoints of all of them (upstream keeps
+ * the last port's only, which could cut another port's flows).
  *
  * @example
  * ```ts
- * planConntrackCleanup([], [{ serviceIP: "10.96.0.10", port: 53, protocol: "UDP",
- *   nodePort: 0, endpoints: ["10.244.1.11"] }]);
- * // [{ family: "ipv4", reason: "stuck-without-endpoints", origDst: "10.96.0.10",
- * //    origPortDst: 53, replySrc: "10.96.0.10" }]
+ * planConntrackReconcile(
+ *   [{ origDst: "10.96.0.10", origPortDst: 53, replySrc: "10.244.1.9", replyPortSrc: 53 }],
+ *   [{ serviceIP: "10.96.0.10", port: 53, protocol: "UDP", nodePort: 0, endpoints: ["10.244.1.11"] }],
+ *   "ipv4",
+ * );
+ * // [{ family: "ipv4", origDst: "10.96.0.10", replySrc: "10.244.1.9" }]
  * ```
  */
-export function planConntrackCleanup(
-  before: readonly ConntrackService[],
-  after: readonly ConntrackService[],
+export function planConntrackReconcile(
+  flows: readonly UdpFlow[],
+  services: readonly ConntrackService[],
+  family: Family,
 ): CleanupCommand[] {
-  const old = targetsOf(before);
-  const now = targetsOf(after);
-  const commands: CleanupCommand[] = [];
-  for (const key of new Set([...old.byAddress.keys(), ...now.byAddress.keys()])) {
-    const was = old.byAddress.get(key);
-    const is = now.byAddress.get(key);
-    const { family, ip, port } = (was ?? is)!;
-    const stale = [...(was?.eps ?? [])].filter((ep) => !is?.eps.has(ep));
-    for (const ep of stale) {
-      commands.push({
-        family,
-        reason: "stale-endpoint",
-        origDst: ip,
-        origPortDst: port,
-        replySrc: ep,
-      });
-    }
-    if ((was?.eps.size ?? 0) === 0 && (is?.eps.size ?? 0) > 0) {
-      commands.push({
-        family,
-        reason: "stuck-without-endpoints",
-        origDst: ip,
-        origPortDst: port,
-        replySrc: ip,
-      });
+  const byAddress = new Map<string, Set<string>>();
+  const byNodePort = new Map<number, Set<string>>();
+  for (const record of services) {
+    if (record.protocol !== "UDP") continue;
+    const service = canonical(record.serviceIP);
+    if (service === undefined || service.family !== family) continue;
+    const eps = record.endpoints.flatMap((e) => {
+      const ep = canonical(e);
+      return ep && ep.family === family ? [ep.ip] : [];
+    });
+    const atAddress = byAddress.get(service.ip) ?? new Set<string>();
+    eps.forEach((ep) => atAddress.add(ep));
+    byAddress.set(service.ip, atAddress);
+    if (record.nodePort > 0) {
+      const atNodePort = byNodePort.get(record.nodePort) ?? new Set<string>();
+      eps.forEach((ep) => atNodePort.add(ep));
+      byNodePort.set(record.nodePort, atNodePort);
     }
   }
-  for (const key of new Set([...old.byNodePort.keys(), ...now.byNodePort.keys()])) {
-    const was = old.byNodePort.get(key);
-    const is = now.byNodePort.get(key);
-    const { family, nodePort } = (was ?? is)!;
-    const stale = [...(was?.eps ?? [])].filter((ep) => !is?.eps.has(ep));
-    for (const ep of stale) {
-      commands.push({ family, reason: "stale-endpoint", origPortDst: nodePort, replySrc: ep });
+  const commands = new Map<string, CleanupCommand>();
+  const add = (command: CleanupCommand) => commands.set(conntrackArgs(command).join(" "), command);
+  for (const flow of flows) {
+    const serving = byAddress.get(flow.origDst);
+    if (serving !== undefined && !serving.has(flow.replySrc)) {
+      add({ family, origDst: flow.origDst, replySrc: flow.replySrc });
     }
-    if ((was?.eps.size ?? 0) === 0 && (is?.eps.size ?? 0) > 0) {
-      commands.push({
-        family,
-        reason: "stuck-without-endpoints",
-        origPortDst: nodePort,
-        replyPortSrc: nodePort,
-      });
+    const servingNodePort = byNodePort.get(flow.origPortDst);
+    if (servingNodePort !== undefined && !servingNodePort.has(flow.replySrc)) {
+      add({ family, origPortDst: flow.origPortDst, replySrc: flow.replySrc });
     }
   }
-  const unique = new Map(commands.map((c) => [conntrackArgs(c).join(" "), c]));
-  return [...unique.keys()].sort().map((k) => unique.get(k)!);
+  return [...commands.keys()].sort().map((key) => commands.get(key)!);
 }
 
 /**
  * The {@link ConntrackService} records of the proxy state's UDP service ports: one per cluster
  * IP, external IP and load-balancer IP, with the IPs of its serving endpoints. With `keys`,
- * only those service port keys (e.g. the ones a partial sync changed).
+ * only those service port keys.
  *
  * @example
  * ```ts
@@ -216,39 +174,4 @@ export function conntrackServices(
     }
   }
   return records;
-}
-
-/**
- * Remembers what the last successful sync programmed, so each sync plans only the difference:
- * call {@link plan} after every successful sync that changed something.
- *
- * The first plan compares with nothing, so it only deletes flows that were never DNATed (e.g.
- * created before the proxy's rules existed); endpoints removed while the proxy was down are not
- * known to it.
- */
-export class ConntrackCleanupTracker {
-  /** Records of the last plan, by service port key. */
-  readonly #last = new Map<string, ConntrackService[]>();
-
-  /**
-   * Plans the cleanup for the state just synced. With `changed` (service port keys), only those
-   * ports are compared (a partial sync); without it, every port (a full sync).
-   */
-  plan(
-    services: ReadonlyMap<string, ServicePort>,
-    endpoints: ReadonlyMap<string, readonly Endpoint[]>,
-    options: { changed?: ReadonlySet<string> } = {},
-  ): CleanupCommand[] {
-    const keys = options.changed ?? new Set([...this.#last.keys(), ...services.keys()]);
-    const before: ConntrackService[] = [];
-    const after: ConntrackService[] = [];
-    for (const key of keys) {
-      before.push(...(this.#last.get(key) ?? []));
-      const current = conntrackServices(services, endpoints, { keys: [key] });
-      after.push(...current);
-      if (current.length > 0) this.#last.set(key, current);
-      else this.#last.delete(key);
-    }
-    return planConntrackCleanup(before, after);
-  }
 }

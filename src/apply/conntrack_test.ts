@@ -1,7 +1,7 @@
 /**
- * Specs of the stale UDP conntrack cleanup: the pure planner, the state-to-records helper, the
- * tracker between syncs, and the runner against a fake `conntrack` program (no kernel here;
- * `tests/e2e/conntrack_test.ts` runs the real one in a namespace).
+ * Specs of the conntrack reconciler: the pure planner, the state-to-records helper, and the
+ * runners against a fake `conntrack` program (no kernel here; `tests/e2e/conntrack_test.ts`
+ * runs the real one in a namespace).
  *
  * @module
  */
@@ -9,19 +9,19 @@ import assert from "node:assert/strict";
 import type { Endpoint } from "../model/endpoint.ts";
 import type { ServicePort } from "../model/service_port.ts";
 import {
-  commandMatches,
   conntrackCommandLine,
   ConntrackError,
   parseUdpFlows,
+  reconcileConntrack,
   runConntrackCleanup,
 } from "./conntrack.ts";
 import {
   type CleanupCommand,
   conntrackArgs,
-  ConntrackCleanupTracker,
   type ConntrackService,
   conntrackServices,
-  planConntrackCleanup,
+  planConntrackReconcile,
+  type UdpFlow,
 } from "./conntrack_plan.ts";
 
 const SVC = "10.96.0.10";
@@ -29,9 +29,15 @@ const SVC6 = "fd00:10:96::10";
 const A = "10.244.1.11";
 const B = "10.244.1.12";
 const C = "10.244.1.13";
+const CLIENT = "192.168.77.2";
+const NODE = "192.168.77.1";
 
 function udp(endpoints: string[], extra: Partial<ConntrackService> = {}): ConntrackService {
   return { serviceIP: SVC, port: 53, protocol: "UDP", nodePort: 0, endpoints, ...extra };
+}
+
+function flow(origDst: string, replySrc: string, origPortDst = 53): UdpFlow {
+  return { origDst, origPortDst, replySrc, replyPortSrc: 5353 };
 }
 
 function argsOf(commands: CleanupCommand[]): string[] {
@@ -39,106 +45,69 @@ function argsOf(commands: CleanupCommand[]): string[] {
 }
 
 Deno.test("conntrackArgs() builds a conntrack -D filter for one family and UDP", () => {
+  assert.deepEqual(conntrackArgs({ family: "ipv4", origDst: SVC, replySrc: A }), [
+    "-D",
+    "-f",
+    "ipv4",
+    "-p",
+    "udp",
+    "--orig-dst",
+    SVC,
+    "--reply-src",
+    A,
+  ]);
+  assert.deepEqual(conntrackArgs({ family: "ipv4", origPortDst: 30053, replySrc: A }), [
+    "-D",
+    "-f",
+    "ipv4",
+    "-p",
+    "udp",
+    "--orig-port-dst",
+    "30053",
+    "--reply-src",
+    A,
+  ]);
+});
+
+Deno.test("planConntrackReconcile() deletes flows whose reply source is no serving endpoint of their service IP", () => {
+  const flows = [flow(SVC, A), flow(SVC, B), flow(SVC, B), flow(SVC, SVC), flow("10.96.0.99", C)];
+  assert.deepEqual(argsOf(planConntrackReconcile(flows, [udp([A])], "ipv4")), [
+    `-D -f ipv4 -p udp --orig-dst ${SVC} --reply-src ${B}`,
+    `-D -f ipv4 -p udp --orig-dst ${SVC} --reply-src ${SVC}`,
+  ]);
+});
+
+Deno.test("planConntrackReconcile() deletes every flow of a UDP service without serving endpoints", () => {
+  assert.deepEqual(argsOf(planConntrackReconcile([flow(SVC, A)], [udp([])], "ipv4")), [
+    `-D -f ipv4 -p udp --orig-dst ${SVC} --reply-src ${A}`,
+  ]);
+});
+
+Deno.test("planConntrackReconcile() checks node-port flows to any address by port", () => {
+  const services = [udp([A], { nodePort: 30053 })];
+  const flows = [flow(NODE, A, 30053), flow(NODE, B, 30053), flow(CLIENT, NODE, 30053)];
+  assert.deepEqual(argsOf(planConntrackReconcile(flows, services, "ipv4")), [
+    `-D -f ipv4 -p udp --orig-port-dst 30053 --reply-src ${B}`,
+    `-D -f ipv4 -p udp --orig-port-dst 30053 --reply-src ${NODE}`,
+  ]);
+});
+
+Deno.test("planConntrackReconcile() ignores TCP and SCTP ports, other families and unknown IPs", () => {
+  const tcp = udp([A], { protocol: "TCP" });
+  assert.deepEqual(planConntrackReconcile([flow(SVC, B)], [tcp], "ipv4"), []);
+  const v6 = udp(["fd00:10:244:1::11"], { serviceIP: "FD00:10:96:0::10" });
+  assert.deepEqual(planConntrackReconcile([flow(SVC, B)], [v6], "ipv4"), []);
   assert.deepEqual(
-    conntrackArgs({
-      family: "ipv4",
-      reason: "stale-endpoint",
-      origDst: SVC,
-      origPortDst: 53,
-      replySrc: A,
-    }),
+    argsOf(planConntrackReconcile([flow(SVC6, "fd00:10:244:1::12")], [v6], "ipv6")),
     [
-      "-D",
-      "-f",
-      "ipv4",
-      "-p",
-      "udp",
-      "--orig-dst",
-      SVC,
-      "--orig-port-dst",
-      "53",
-      "--reply-src",
-      A,
+      `-D -f ipv6 -p udp --orig-dst ${SVC6} --reply-src fd00:10:244:1::12`,
     ],
   );
 });
 
-Deno.test("planConntrackCleanup() deletes flows DNATed to an endpoint that went away", () => {
-  const commands = planConntrackCleanup([udp([A, B])], [udp([B, C])]);
-  assert.deepEqual(argsOf(commands), [
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${A}`,
-  ]);
-  assert.equal(commands[0].reason, "stale-endpoint");
-});
-
-Deno.test("planConntrackCleanup() deletes un-NATed flows once a service gets its first endpoints", () => {
-  const commands = planConntrackCleanup([udp([])], [udp([A])]);
-  assert.deepEqual(argsOf(commands), [
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${SVC}`,
-  ]);
-  assert.equal(commands[0].reason, "stuck-without-endpoints");
-  // A service new in this sync counts as having had no endpoints.
-  assert.deepEqual(planConntrackCleanup([], [udp([A])]), commands);
-});
-
-Deno.test("planConntrackCleanup() plans nothing when no UDP endpoint went away", () => {
-  assert.deepEqual(planConntrackCleanup([udp([A])], [udp([A, B])]), []);
-  assert.deepEqual(planConntrackCleanup([udp([A])], [udp([A])]), []);
-  assert.deepEqual(planConntrackCleanup([], []), []);
-  assert.deepEqual(planConntrackCleanup([udp([])], [udp([])]), []);
-});
-
-Deno.test("planConntrackCleanup() ignores TCP and SCTP, like upstream", () => {
-  for (const protocol of ["TCP", "SCTP"] as const) {
-    assert.deepEqual(planConntrackCleanup([udp([A], { protocol })], [udp([B], { protocol })]), []);
-  }
-});
-
-Deno.test("planConntrackCleanup() cleans every endpoint of a deleted service", () => {
-  const commands = planConntrackCleanup([udp([A, B])], []);
-  assert.deepEqual(argsOf(commands), [
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${A}`,
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${B}`,
-  ]);
-});
-
-Deno.test("planConntrackCleanup() cleans node-port flows to any node address", () => {
-  const stale = planConntrackCleanup([udp([A], { nodePort: 30053 })], [
-    udp([B], { nodePort: 30053 }),
-  ]);
-  assert.deepEqual(argsOf(stale), [
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${A}`,
-    `-D -f ipv4 -p udp --orig-port-dst 30053 --reply-src ${A}`,
-  ]);
-  const stuck = planConntrackCleanup([udp([], { nodePort: 30053 })], [
-    udp([A], { nodePort: 30053 }),
-  ]);
-  assert.ok(
-    argsOf(stuck).includes("-D -f ipv4 -p udp --orig-port-dst 30053 --reply-port-src 30053"),
-    argsOf(stuck).join("\n"),
-  );
-});
-
-Deno.test("planConntrackCleanup() keeps families apart and normalises addresses", () => {
-  const before = [
-    udp([A]),
-    udp(["fd00:10:244:1:0:0:0:11", A], { serviceIP: "fd00:10:96:0::10" }),
-  ];
-  const after = [udp([A]), udp(["fd00:10:244:1::12"], { serviceIP: SVC6 })];
-  assert.deepEqual(argsOf(planConntrackCleanup(before, after)), [
-    `-D -f ipv6 -p udp --orig-dst ${SVC6} --orig-port-dst 53 --reply-src fd00:10:244:1::11`,
-  ]);
-});
-
-Deno.test("planConntrackCleanup() merges records of one address and deduplicates commands", () => {
-  // Two records for the same IP:port (e.g. one external IP shared by two services).
-  const before = [udp([A]), udp([B])];
-  const after = [udp([B])];
-  assert.deepEqual(argsOf(planConntrackCleanup(before, after)), [
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${A}`,
-  ]);
-  // An endpoint that moved from one record to another of the same address is not stale.
-  assert.deepEqual(planConntrackCleanup([udp([A]), udp([])], [udp([]), udp([A])]), []);
+Deno.test("planConntrackReconcile() lets a service IP's flows reach the endpoints of any of its UDP ports", () => {
+  const services = [udp([A]), udp([B], { port: 5353 })];
+  assert.deepEqual(planConntrackReconcile([flow(SVC, A), flow(SVC, B)], services, "ipv4"), []);
 });
 
 function servicePort(overrides: Partial<ServicePort> = {}): ServicePort {
@@ -194,37 +163,6 @@ Deno.test("conntrackServices() lists every address of UDP ports with their servi
   assert.deepEqual(conntrackServices(services, endpoints, { keys: [WEB_KEY] }), []);
 });
 
-Deno.test("ConntrackCleanupTracker.plan() compares each sync with the last one", () => {
-  const tracker = new ConntrackCleanupTracker();
-  const services = new Map([[DNS_KEY, servicePort({ clusterIPs: [SVC] })]]);
-  // First sync: only flows that were never DNATed are cleaned.
-  assert.deepEqual(argsOf(tracker.plan(services, new Map([[DNS_KEY, [endpoint(A)]]]))), [
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${SVC}`,
-  ]);
-  // Endpoint A replaced by B.
-  const next = new Map([[DNS_KEY, [endpoint(B)]]]);
-  assert.deepEqual(argsOf(tracker.plan(services, next, { changed: new Set([DNS_KEY]) })), [
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${A}`,
-  ]);
-  // A partial sync that did not touch the port plans nothing for it.
-  assert.deepEqual(tracker.plan(services, new Map(), { changed: new Set([WEB_KEY]) }), []);
-  // The service is deleted: its last endpoints are stale.
-  assert.deepEqual(argsOf(tracker.plan(new Map(), new Map())), [
-    `-D -f ipv4 -p udp --orig-dst ${SVC} --orig-port-dst 53 --reply-src ${B}`,
-  ]);
-  assert.deepEqual(tracker.plan(new Map(), new Map()), []);
-});
-
-Deno.test("conntrackCommandLine() runs conntrack directly, or inside a namespace", () => {
-  const command = planConntrackCleanup([], [udp([A])])[0];
-  assert.deepEqual(conntrackCommandLine(command).slice(0, 2), ["conntrack", "-D"]);
-  assert.deepEqual(
-    conntrackCommandLine(command, { netns: "knp-abc123-node", conntrackPath: "/sbin/conntrack" })
-      .slice(0, 6),
-    ["ip", "netns", "exec", "knp-abc123-node", "/sbin/conntrack", "-D"],
-  );
-});
-
 /**
  * Writes a fake `conntrack` that answers like the real one by the service IP it is given:
  * 10.96.0.1 deletes 2 entries, 10.96.0.2 (or fd00:10:96::2) finds none (exit 1), anything else
@@ -263,8 +201,19 @@ esac
 
 function command(origDst: string, replySrc = A): CleanupCommand {
   const family = origDst.includes(":") ? "ipv6" : "ipv4";
-  return { family, reason: "stale-endpoint", origDst, origPortDst: 53, replySrc };
+  return { family, origDst, replySrc };
 }
+
+Deno.test("conntrackCommandLine() runs conntrack directly, or inside a namespace", () => {
+  assert.deepEqual(conntrackCommandLine(command(SVC)).slice(0, 2), ["conntrack", "-D"]);
+  assert.deepEqual(
+    conntrackCommandLine(command(SVC), {
+      netns: "knp-abc123-node",
+      conntrackPath: "/sbin/conntrack",
+    }).slice(0, 6),
+    ["ip", "netns", "exec", "knp-abc123-node", "/sbin/conntrack", "-D"],
+  );
+});
 
 Deno.test("runConntrackCleanup() sums deleted entries; none deleted is not an error", async () => {
   const fake = await fakeConntrack();
@@ -275,9 +224,9 @@ Deno.test("runConntrackCleanup() sums deleted entries; none deleted is not an er
     );
     assert.equal(deleted, 4);
     assert.deepEqual(await fake.calls(), [
-      `-D -f ipv4 -p udp --orig-dst 10.96.0.1 --orig-port-dst 53 --reply-src ${A}`,
-      `-D -f ipv4 -p udp --orig-dst 10.96.0.2 --orig-port-dst 53 --reply-src ${A}`,
-      `-D -f ipv4 -p udp --orig-dst 10.96.0.1 --orig-port-dst 53 --reply-src ${A}`,
+      `-D -f ipv4 -p udp --orig-dst 10.96.0.1 --reply-src ${A}`,
+      `-D -f ipv4 -p udp --orig-dst 10.96.0.2 --reply-src ${A}`,
+      `-D -f ipv4 -p udp --orig-dst 10.96.0.1 --reply-src ${A}`,
     ]);
     assert.equal(await runConntrackCleanup([], { conntrackPath: fake.path }), 0);
   } finally {
@@ -310,25 +259,34 @@ Deno.test("runConntrackCleanup() throws at once when conntrack cannot be started
   );
 });
 
-Deno.test("runConntrackCleanup() with listFirst runs only commands matching a listed flow", async () => {
+Deno.test("reconcileConntrack() lists each family, deletes what is stale, and reports each family", async () => {
   const fake = await fakeConntrack();
+  let clock = 0;
   try {
-    const deleted = await runConntrackCleanup(
-      [
-        command("10.96.0.1"), // matches the listed flow
-        command("10.96.0.1", C), // same service, an endpoint without flows
-        command("10.96.0.2"), // no flow to this service
-        command("fd00:10:96::2", "fd00:10:244:1::11"), // IPv6 listing fails: run anyway
-      ],
-      { conntrackPath: fake.path, listFirst: true },
+    const results = await reconcileConntrack(
+      [udp([B], { serviceIP: "10.96.0.1" }), udp([], { serviceIP: "fd00:10:96::2" })],
+      { conntrackPath: fake.path, now: () => (clock += 250) },
     );
-    assert.equal(deleted, 2);
-    assert.deepEqual((await fake.calls()).sort(), [
-      `-D -f ipv4 -p udp --orig-dst 10.96.0.1 --orig-port-dst 53 --reply-src ${A}`,
-      "-D -f ipv6 -p udp --orig-dst fd00:10:96::2 --orig-port-dst 53 --reply-src fd00:10:244:1::11",
+    assert.deepEqual(results.map((r) => [r.family, r.deleted, r.seconds, r.error?.message]), [
+      ["IPv4", 2, 0.25, undefined],
+      [
+        "IPv6",
+        0,
+        0.25,
+        "cannot list the ipv6 conntrack table: exit code 1: conntrack v1.4.7 (conntrack-tools): " +
+        "Operation not permitted",
+      ],
+    ]);
+    assert.deepEqual(await fake.calls(), [
       "-L -f ipv4 -p udp",
+      `-D -f ipv4 -p udp --orig-dst 10.96.0.1 --reply-src ${A}`,
       "-L -f ipv6 -p udp",
     ]);
+    const none = await reconcileConntrack([udp([A], { serviceIP: "10.96.0.1" })], {
+      conntrackPath: fake.path,
+      families: ["IPv4"],
+    });
+    assert.deepEqual(none.map((r) => [r.family, r.deleted, r.error]), [["IPv4", 0, undefined]]);
   } finally {
     await fake.remove();
   }
@@ -354,18 +312,4 @@ Deno.test("parseUdpFlows() reads UDP entries of conntrack -L, plain or extended,
       replyPortSrc: 5353,
     },
   ]);
-});
-
-Deno.test("commandMatches() agrees with the flows each kind of command targets", () => {
-  const dnated = { origDst: SVC, origPortDst: 53, replySrc: A, replyPortSrc: 5353 };
-  const unNATed = { origDst: SVC, origPortDst: 53, replySrc: SVC, replyPortSrc: 53 };
-  const [stuck] = planConntrackCleanup([], [udp([A])]);
-  const [stale] = planConntrackCleanup([udp([A])], [udp([B])]);
-  assert.ok(commandMatches(stale, dnated) && !commandMatches(stale, unNATed));
-  assert.ok(commandMatches(stuck, unNATed) && !commandMatches(stuck, dnated));
-  const nodePortStuck = planConntrackCleanup([], [udp([A], { nodePort: 30053 })])
-    .find((c) => c.origDst === undefined)!;
-  const toNodePort = { origDst: "192.168.77.1", origPortDst: 30053, replySrc: "192.168.77.1" };
-  assert.ok(commandMatches(nodePortStuck, { ...toNodePort, replyPortSrc: 30053 }));
-  assert.ok(!commandMatches(nodePortStuck, { ...toNodePort, replySrc: A, replyPortSrc: 5353 }));
 });

@@ -138,6 +138,30 @@ export async function deleteTables(
   if (errors.length > 0) throw errors[0];
 }
 
+/**
+ * The families among `families` (default both) that hold a table named `table`, from
+ * `nft list tables` (names only: no set element is read, so it stays cheap on a big ruleset).
+ */
+export async function tableFamilies(
+  table: string,
+  options: NftRunnerOptions & { families?: readonly string[] } = {},
+): Promise<string[]> {
+  const result = await runNft(["list", "tables"], options);
+  if (result.code !== 0) {
+    throw new NftApplyError(`cannot list the nft tables: ${result.stderr.trim()}`, {
+      line: 0,
+      scriptLine: "",
+      stderr: result.stderr,
+    });
+  }
+  const present = new Set(
+    result.stdout.split("\n").map((line) => line.trim().split(/\s+/))
+      .filter((words) => words.length === 3 && words[0] === "table" && words[2] === table)
+      .map((words) => words[1]),
+  );
+  return (options.families ?? ["ip", "ip6"]).filter((family) => present.has(family));
+}
+
 function abbreviate(text: string): string {
   return text.length > 200 ? `${text.slice(0, 197)}...` : text;
 }

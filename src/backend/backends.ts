@@ -7,8 +7,17 @@
  *
  * @module
  */
+import { deleteTables, tableFamilies } from "../apply/nft.ts";
 import type { Config, ProxyMode } from "../config/config.ts";
 import type { Backend, BackendContext, BackendModule } from "./backend.ts";
+
+/**
+ * The table upstream kube-proxy's nftables mode programs, in the `ip` and `ip6` families
+ * (`kubeProxyTable` in its `pkg/proxy/nftables/proxier.go`). Left behind by a kube-proxy that ran
+ * before us, its filter chains keep rejecting Services that had no endpoints then and its nat
+ * chains keep DNATing to endpoints that may be gone.
+ */
+export const UPSTREAM_NFT_TABLE = "kube-proxy";
 
 /** Every mode's module, loaded on first use. */
 const BACKENDS: Readonly<Record<ProxyMode, () => Promise<BackendModule>>> = {
@@ -48,18 +57,44 @@ export async function createBackend(config: Config, context: BackendContext): Pr
 
 /**
  * Removes the rules of every mode but `config.mode` (each mode's {@link Backend.cleanup}): what an
- * earlier run in another mode left.
+ * earlier run in another mode left, and upstream kube-proxy's nftables tables
+ * ({@link removeUpstreamTables}). Upstream removes every other mode's rules before it starts
+ * (`platformCleanup` in `cmd/kube-proxy/app/server_linux.go`); here it runs once our own rules
+ * are in place, so no packet meets a node without rules. Every step is tried; the first error is
+ * thrown after them all.
  */
 export async function removeOtherModes(config: Config, context: BackendContext): Promise<void> {
+  const errors: unknown[] = [];
   for (const mode of Object.keys(BACKENDS) as ProxyMode[]) {
     if (mode === config.mode) continue;
-    await (await BACKENDS[mode]()).createBackend({ ...config, mode }, context).cleanup();
+    await (await BACKENDS[mode]()).createBackend({ ...config, mode }, context).cleanup()
+      .catch((err) => errors.push(err));
   }
+  await removeUpstreamTables(config, context).catch((err) => errors.push(err));
+  if (errors.length > 0) throw errors[0];
+}
+
+/**
+ * Deletes upstream kube-proxy's `ip`/`ip6` {@link UPSTREAM_NFT_TABLE} tables where present,
+ * logging one line naming them; nothing else is touched, and nothing when our own tables carry
+ * that name (`--table-name=kube-proxy`).
+ */
+export async function removeUpstreamTables(
+  config: Config,
+  context: BackendContext,
+): Promise<void> {
+  if (config.tableName === UPSTREAM_NFT_TABLE) return;
+  const nft = { nftPath: context.nftPath, netns: context.netns };
+  const families = await tableFamilies(UPSTREAM_NFT_TABLE, nft);
+  if (families.length === 0) return;
+  await deleteTables(UPSTREAM_NFT_TABLE, { ...nft, families });
+  const names = families.map((family) => `${family} ${UPSTREAM_NFT_TABLE}`).join(", ");
+  context.log.info(`removed kube-proxy's nftables tables left on this node (${names})`);
 }
 
 /** The clean-ups the command line asks for. */
 export interface CleanupRequest {
-  /** `--cleanup`: the nft tables, and the configured mode's rules. */
+  /** `--cleanup`: the nft tables (ours and kube-proxy's), and the configured mode's rules. */
   readonly cleanup: boolean;
   /** `--cleanup-iptables`: the iptables mode's KUBE-* chains, whatever the mode. */
   readonly cleanupIptables: boolean;
@@ -67,8 +102,9 @@ export interface CleanupRequest {
 
 /**
  * Runs the clean-ups asked for, logging one line per mode cleaned. `--cleanup` always removes
- * the nft tables (the native mode's, which any earlier run may have left), then the configured
- * mode's rules; `--cleanup-iptables` removes the iptables mode's.
+ * the nft tables (the native mode's, which any earlier run may have left, and kube-proxy's
+ * nftables tables, as upstream's own `--cleanup` does), then the configured mode's rules;
+ * `--cleanup-iptables` removes the iptables mode's.
  */
 export async function cleanUp(
   config: Config,
@@ -82,6 +118,7 @@ export async function cleanUp(
     const backend = (await BACKENDS[mode]()).createBackend({ ...config, mode }, context);
     context.log.info(await backend.cleanup());
   }
+  if (request.cleanup) await removeUpstreamTables(config, context);
 }
 
 /**

@@ -13,7 +13,13 @@ import {
 } from "../../tests/e2e/iptables_harness.ts";
 import { applyNft, runNft } from "../apply/nft.ts";
 import { cleanupIptables } from "../apply/iptables.ts";
-import { afterFirstApply, cleanUp, createBackend, removeOtherModes } from "./backends.ts";
+import {
+  afterFirstApply,
+  cleanUp,
+  createBackend,
+  removeOtherModes,
+  removeUpstreamTables,
+} from "./backends.ts";
 
 const config = { ...DEFAULT_CONFIG, hostname: "node-a", clusterCIDRs: ["10.244.0.0/16"] };
 
@@ -138,6 +144,35 @@ Deno.test({
       assert.deepEqual([await nftTables(), await iptablesRules()], [true, false]);
       assert.equal(lines.length, 1);
       await cleanUp(config, { log, netns: k.ns }, { cleanup: true, cleanupIptables: false });
+    });
+  },
+});
+
+Deno.test({
+  name:
+    "removeUpstreamTables() deletes kube-proxy's ip/ip6 tables where present, never a table named ours",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    await withIptablesScratch(async (k) => {
+      const tables = async () => (await runNft(["list", "tables"], { netns: k.ns })).stdout;
+      await applyNft("add table ip kube-proxy\nadd table ip other\n", { netns: k.ns });
+      let { log, lines } = recordingLog();
+      await removeUpstreamTables(config, { log, netns: k.ns });
+      assert.equal(await tables(), "table ip other\n");
+      assert.deepEqual(lines, [
+        "I T removed kube-proxy's nftables tables left on this node (ip kube-proxy)",
+      ]);
+
+      ({ log, lines } = recordingLog());
+      await removeUpstreamTables(config, { log, netns: k.ns });
+      assert.deepEqual(lines, [], "nothing to remove, nothing said");
+
+      await applyNft("add table ip6 kube-proxy\n", { netns: k.ns });
+      await removeUpstreamTables({ ...config, tableName: "kube-proxy" }, { log, netns: k.ns });
+      assert.match(await tables(), /table ip6 kube-proxy/, "our own tables under that name stay");
+      await removeOtherModes(config, { log, netns: k.ns });
+      assert.equal(await tables(), "table ip other\n", "removed with the other modes' rules");
+      await applyNft("delete table ip other\n", { netns: k.ns });
     });
   },
 });

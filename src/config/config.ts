@@ -35,7 +35,11 @@ export interface Config {
   bridgeInterface: string;
   /** Interface prefix for `InterfaceNamePrefix` mode (upstream `detectLocal.interfaceNamePrefix`). */
   interfaceNamePrefix: string;
-  /** CIDRs (or the word `primary`) whose local addresses accept NodePorts. Default: primary. */
+  /**
+   * CIDRs (or the word `primary`) whose local addresses accept NodePorts; `0.0.0.0/0` / `::/0`
+   * (or no CIDR of a family) mean every local address. Default: primary in nft mode, every
+   * local address in iptables mode, as kube-proxy's modes.
+   */
   nodePortAddresses: string[];
   /** Masquerade every packet sent to a service IP. Default false. */
   masqueradeAll: boolean;

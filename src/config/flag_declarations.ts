@@ -76,7 +76,10 @@ export function declareFlags() {
       )
         .choices(["text", "json"] as const),
     )
-    .addOption(booleanFlag("--cleanup", "remove everything this proxy created, then exit"))
+    .addOption(booleanFlag(
+      "--cleanup",
+      "remove everything this proxy created, and kube-proxy's nftables tables, then exit",
+    ))
     .addOption(
       new Option(
         "--table-name <name>",
@@ -127,8 +130,9 @@ export function declareFlags() {
     .addOption(
       new Option(
         "--nodeport-addresses <cidrs>",
-        "CIDRs, comma-separated, whose node addresses accept NodePorts, or 'primary' for the " +
-          "Node's primary IPs (default: primary)",
+        "CIDRs, comma-separated, whose node addresses accept NodePorts (0.0.0.0/0, ::/0: every " +
+          "local address), or 'primary' for the Node's primary IPs (default: primary in nft " +
+          "mode, every local address in iptables mode)",
       ).argParser(collect),
     )
     .addOption(booleanFlag("--masquerade-all", "SNAT all traffic sent to service IPs"))

@@ -50,7 +50,7 @@ export interface CommandLineActions {
   dryRun: boolean;
   /** `--output`: how `--dry-run` prints — an nft script (`text`) or JSON. */
   output: "text" | "json";
-  /** `--cleanup`: remove everything this proxy created, then exit. */
+  /** `--cleanup`: remove everything this proxy created, and kube-proxy's nft tables, then exit. */
   cleanup: boolean;
   /** `--cleanup-iptables`: remove the KUBE-* iptables rules kube-proxy left, then exit. */
   cleanupIptables: boolean;
@@ -68,6 +68,8 @@ export interface CommandLine {
   config: Config;
   /** The one-shot actions asked for. */
   actions: CommandLineActions;
+  /** One line per setting given that does not apply, and why (for the log). */
+  warnings: string[];
 }
 
 /** The I/O {@link parseCommandLine} needs, injectable for tests. */
@@ -124,12 +126,13 @@ export async function parseCommandLine(
     showHelp: flags.help === true,
   };
   if (actions.showHelp || actions.showVersion) {
-    return { config: copyConfig(DEFAULT_CONFIG), actions };
+    return { config: copyConfig(DEFAULT_CONFIG), actions, warnings: [] };
   }
 
   const flagMode = readModeFlags(flags.mode, flags.proxyMode);
   const origins: Partial<Record<keyof Config, string>> = {};
   let fromFile: Partial<Config> = {};
+  const warnings: string[] = [];
   const configPath = flags.config ?? "";
   if (configPath !== "") {
     const readFile = options.readFile ?? ((path: string) => Deno.readTextFile(path));
@@ -141,11 +144,17 @@ export async function parseCommandLine(
         cause: error,
       });
     }
-    fromFile = parseKubeProxyConfiguration(text, { source: configPath, mode: flagMode });
+    fromFile = parseKubeProxyConfiguration(text, {
+      source: configPath,
+      mode: flagMode,
+      onWarning: (line) => warnings.push(line),
+    });
   }
   const mode = flagMode ?? fromFile.mode ?? DEFAULT_CONFIG.mode;
+  // The file's section is that of its own mode, "" being kube-proxy's default, iptables.
+  const fileSection = flagMode ?? fromFile.mode ?? "iptables";
   for (const key of Object.keys(fromFile) as (keyof Config)[]) {
-    origins[key] = `config ${configPath}: ${describeField(key, mode).replace(/\/.*$/, "")}`;
+    origins[key] = `config ${configPath}: ${describeField(key, fileSection).replace(/\/.*$/, "")}`;
   }
   const fromFlags = readValueFlags(flags, mode);
   for (const [key, flag] of fromFlags.origins) origins[key] = `flag ${flag}`;
@@ -168,6 +177,7 @@ export async function parseCommandLine(
       describe: (key) => origins[key] ?? `default ${describeField(key, config.mode)}`,
     }),
     actions,
+    warnings,
   };
 }
 

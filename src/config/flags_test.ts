@@ -65,7 +65,11 @@ const NO_ACTIONS = {
 // --- defaults and the node name ----------------------------------------------------------------
 
 Deno.test("parseCommandLine() gives the defaults and the lowercased host name for no flags", async () => {
-  assert.deepEqual(await parse([]), { config: expected({}), actions: NO_ACTIONS });
+  assert.deepEqual(await parse([]), {
+    config: expected({}),
+    actions: NO_ACTIONS,
+    warnings: [],
+  });
 });
 
 Deno.test("parseCommandLine() takes the node name from NODE_NAME before the host name", async () => {
@@ -461,7 +465,7 @@ Deno.test("parseCommandLine() rejects a minimum sync period above the sync perio
   await assertFails(
     parse(
       ["--config=kube-proxy.yaml", "--nftables-sync-period=5s"],
-      "nftables:\n  minSyncPeriod: 10s\n",
+      "mode: nftables\nnftables:\n  minSyncPeriod: 10s\n",
     ),
     'config kube-proxy.yaml: nftables.minSyncPeriod is "10s", must be less than or equal to the ' +
       "sync period (5s, flag --nftables-sync-period)",
@@ -558,7 +562,7 @@ Deno.test("helpText() shows the defaults of the flags that have one", () => {
       "(default: 0.0.0.0:10256)",
       "(default: 127.0.0.1:10249)",
       "(default: ClusterCIDR)",
-      "(default: primary)",
+      "(default: primary in nft mode, every local address in iptables mode)",
       "(default: 0.0.0.0)",
       "(default: $NODE_NAME, else the host name, lowercased)",
     ]

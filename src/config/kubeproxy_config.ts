@@ -60,10 +60,16 @@ export interface ParseKubeProxyConfigurationOptions {
   source?: string;
   /**
    * The mode the proxy will run in when it is already decided elsewhere (an explicit `--mode`);
-   * it picks the `iptables:` or `nftables:` section. Default: the file's own `mode`, or
-   * {@link DEFAULT_CONFIG}'s (`nft`) when the file leaves it empty.
+   * it picks the `iptables:` or `nftables:` section. Default: the section of the file's own
+   * `mode` as upstream reads it — `nftables:` for `nftables`, `iptables:` for `iptables` and for
+   * an empty mode (upstream's default, iptables), even though an empty mode runs nft here.
    */
   mode?: ProxyMode;
+  /**
+   * Receives one line per setting the file gives that does not apply: a masquerade or sync
+   * setting in the section of the mode not in use. Default: dropped.
+   */
+  onWarning?: (line: string) => void;
 }
 
 /**
@@ -289,7 +295,25 @@ function readKubeProxyConfiguration(
   }
   if (nodePortAddresses.length > 0) result.nodePortAddresses = nodePortAddresses;
 
-  Object.assign(result, readBackendSections(top, mode));
+  // The section upstream reads: that of the mode given, "" being iptables (its default).
+  const section = options.mode !== undefined
+    ? (options.mode === "nft" ? "nftables" : "iptables")
+    : top.string("mode") === "nftables"
+    ? "nftables"
+    : "iptables";
+  Object.assign(
+    result,
+    readBackendSections(top, section, {
+      why: options.mode !== undefined
+        ? `the mode is ${options.mode}, set by flag, so the ${section} section applies`
+        : top.string("mode") === ""
+        ? 'mode is "", which kube-proxy reads as iptables, so the iptables section applies ' +
+          "(the proxy itself runs in nft mode)"
+        : `mode is ${top.string("mode")}, so the ${section} section applies`,
+      where,
+      warn: options.onWarning ?? (() => {}),
+    }),
+  );
 
   const clientConnection = top.section("clientConnection");
   clientConnection.rejectUnknown(SECTION_FIELDS.clientConnection);
@@ -341,11 +365,17 @@ function readConntrack(section: Fields): Partial<Config> {
 }
 
 /**
- * The masquerade and sync settings from the section of `mode`. Both sections are type-checked;
- * values are validated as upstream does: `iptables.masqueradeBit` always, the rest only in the
- * section in use.
+ * The masquerade and sync settings from the section in use (`iptables:` or `nftables:`, as
+ * upstream's v1alpha1 conversion picks it by mode). Both sections are type-checked; values are
+ * validated as upstream does: `iptables.masqueradeBit` always, the rest only in the section in
+ * use. A non-default value in the other section is reported to `context.warn`, saying why it is
+ * ignored.
  */
-function readBackendSections(top: Fields, mode: ProxyMode): Partial<Config> {
+function readBackendSections(
+  top: Fields,
+  inUse: "iptables" | "nftables",
+  context: { why: string; where: string; warn: (line: string) => void },
+): Partial<Config> {
   const result: Partial<Config> = {};
   for (const name of ["iptables", "nftables"] as const) {
     const section = top.section(name);
@@ -358,12 +388,24 @@ function readBackendSections(top: Fields, mode: ProxyMode): Partial<Config> {
       section.boolean("localhostNodePorts");
       section.boolean("snatNodeInternalIP");
     }
-    const inUse = name === (mode === "nft" ? "nftables" : "iptables");
-    if (masqueradeBit !== undefined && (inUse || name === "iptables")) {
+    if (masqueradeBit !== undefined && (name === inUse || name === "iptables")) {
       const rule = checkMasqueradeBit(masqueradeBit);
       if (rule !== undefined) section.fail("masqueradeBit", rule);
     }
-    if (!inUse) continue;
+    if (name !== inUse) {
+      const ignored = [
+        masqueradeAll ? ["masqueradeAll", "true"] : [],
+        masqueradeBit !== undefined ? ["masqueradeBit", String(masqueradeBit)] : [],
+        syncPeriodMs !== 0 ? ["syncPeriod", formatMs(syncPeriodMs)] : [],
+        minSyncPeriodMs !== 0 ? ["minSyncPeriod", formatMs(minSyncPeriodMs)] : [],
+      ].filter((pair) => pair.length > 0).map(([key, value]) => `${name}.${key} (${value})`);
+      if (ignored.length > 0) {
+        context.warn(
+          `${context.where}: ignoring ${ignored.join(", ")}: ${context.why}`,
+        );
+      }
+      continue;
+    }
     // Zero durations are unset: upstream's defaulting turns them into 30s and 1s.
     if (syncPeriodMs !== 0) {
       const rule = checkSyncPeriod(syncPeriodMs);
@@ -379,4 +421,8 @@ function readBackendSections(top: Fields, mode: ProxyMode): Partial<Config> {
     if (masqueradeBit !== undefined) result.masqueradeBit = masqueradeBit;
   }
   return result;
+}
+
+function formatMs(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
 }

@@ -164,13 +164,29 @@ Deno.test("parseKubeProxyConfiguration() takes the iptables section in iptables 
   });
 });
 
-Deno.test("parseKubeProxyConfiguration() uses the nftables section when mode is empty (nft is the default)", () => {
-  assert.deepEqual(parse('mode: ""\n' + BOTH_SECTIONS), {
-    masqueradeAll: true,
-    masqueradeBit: 20,
-    syncPeriodMs: 60_000,
-    minSyncPeriodMs: 500,
+Deno.test("parseKubeProxyConfiguration() reads the iptables section when mode is empty, as kube-proxy does, and says what it ignores", () => {
+  const warnings: string[] = [];
+  const parsed = parseKubeProxyConfiguration(HEADER + 'mode: ""\n' + BOTH_SECTIONS, {
+    source: "kube-proxy.yaml",
+    onWarning: (line) => warnings.push(line),
   });
+  assert.deepEqual(parsed, { masqueradeBit: 12, syncPeriodMs: 10_000, minSyncPeriodMs: 2_000 });
+  assert.deepEqual(warnings, [
+    "config kube-proxy.yaml: ignoring nftables.masqueradeAll (true), nftables.masqueradeBit (20), " +
+    'nftables.syncPeriod (60s), nftables.minSyncPeriod (500ms): mode is "", which kube-proxy ' +
+    "reads as iptables, so the iptables section applies (the proxy itself runs in nft mode)",
+  ]);
+});
+
+Deno.test("parseKubeProxyConfiguration() keeps kubeadm's iptables.masqueradeAll with mode empty, and is silent on default sections", () => {
+  const warnings: string[] = [];
+  const parsed = parseKubeProxyConfiguration(
+    HEADER + 'mode: ""\niptables:\n  masqueradeAll: true\n  syncPeriod: 0s\n' +
+      "nftables:\n  masqueradeAll: false\n  masqueradeBit: null\n  syncPeriod: 0s\n",
+    { onWarning: (line) => warnings.push(line) },
+  );
+  assert.deepEqual(parsed, { masqueradeAll: true });
+  assert.deepEqual(warnings, []);
 });
 
 Deno.test("parseKubeProxyConfiguration() takes the section of options.mode over the file's mode", () => {
@@ -195,19 +211,19 @@ Deno.test("parseKubeProxyConfiguration() treats Go zero values as unset, as upst
 });
 
 Deno.test("parseKubeProxyConfiguration() keeps masqueradeBit 0, which is a real bit", () => {
-  assert.deepEqual(parse("nftables:\n  masqueradeBit: 0\n"), { masqueradeBit: 0 });
+  assert.deepEqual(parse("nftables:\n  masqueradeBit: 0\n", "nft"), { masqueradeBit: 0 });
 });
 
 Deno.test("parseKubeProxyConfiguration() reads Go durations into milliseconds", () => {
-  assert.deepEqual(parse("nftables:\n  syncPeriod: 1h2m3.5s\n  minSyncPeriod: 1500us\n"), {
+  assert.deepEqual(parse("iptables:\n  syncPeriod: 1h2m3.5s\n  minSyncPeriod: 1500us\n"), {
     syncPeriodMs: 3_723_500,
     minSyncPeriodMs: 1.5,
   });
 });
 
 Deno.test("parseKubeProxyConfiguration() reads YAML 1.1 booleans the way Go's YAML reader does", () => {
-  assert.deepEqual(parse("nftables:\n  masqueradeAll: yes\n"), { masqueradeAll: true });
-  assert.deepEqual(parse("nftables:\n  masqueradeAll: off\n"), {});
+  assert.deepEqual(parse("iptables:\n  masqueradeAll: yes\n"), { masqueradeAll: true });
+  assert.deepEqual(parse("iptables:\n  masqueradeAll: off\n"), {});
 });
 
 Deno.test("parseKubeProxyConfiguration() rejects a masquerade bit outside 0-31", () => {
@@ -218,10 +234,12 @@ Deno.test("parseKubeProxyConfiguration() rejects a masquerade bit outside 0-31",
   assertRejects(
     "nftables:\n  masqueradeBit: -1\n",
     "config kube-proxy.yaml: nftables.masqueradeBit is -1, must be 0-31",
+    "nft",
   );
   assertRejects(
     "nftables:\n  masqueradeBit: 1.5\n",
     "config kube-proxy.yaml: nftables.masqueradeBit is 1.5, must be a whole number",
+    "nft",
   );
   assertRejects(
     'nftables:\n  masqueradeBit: "14"\n',
@@ -268,14 +286,15 @@ Deno.test("parseKubeProxyConfiguration() rejects durations kube-proxy rejects", 
 
 Deno.test("parseKubeProxyConfiguration() rejects negative sync periods in the section in use", () => {
   assertRejects(
-    "nftables:\n  syncPeriod: -1s\n",
-    'config kube-proxy.yaml: nftables.syncPeriod is "-1s", must be greater than 0',
+    "iptables:\n  syncPeriod: -1s\n",
+    'config kube-proxy.yaml: iptables.syncPeriod is "-1s", must be greater than 0',
   );
   assertRejects(
     "nftables:\n  minSyncPeriod: -1s\n",
     'config kube-proxy.yaml: nftables.minSyncPeriod is "-1s", must be greater than or equal to 0',
+    "nft",
   );
-  assert.deepEqual(parse("iptables:\n  syncPeriod: -1s\n"), {});
+  assert.deepEqual(parse("nftables:\n  syncPeriod: -1s\n"), {});
 });
 
 // --- strict decoding ---------------------------------------------------------------------------

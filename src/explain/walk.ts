@@ -166,7 +166,13 @@ export class Walk {
     for (const rule of rules) {
       const m = /^(.*?)\s*(jump|goto) (\S+)$/.exec(rule);
       const balancer = /numgen random mod \d+ map @(\S+)$/.exec(rule);
-      if (balancer) return this.#dnat(this.#index.entries.get(`${balancer[1]}|${this.#key}`));
+      if (balancer) {
+        // A node-port map is keyed without the address; a miss goes on to the next rule.
+        const key = rule.includes(" to meta l4proto") ? this.#portKey() : this.#key;
+        const endpoints = this.#index.entries.get(`${balancer[1]}|${key}`);
+        if (endpoints !== undefined) return this.#dnat(endpoints);
+        continue;
+      }
       if (rule.includes(`map @${NAMES.affinity}`)) {
         this.#noteAffinity();
         continue;
@@ -369,7 +375,11 @@ export class Walk {
   }
 
   #has(set: string, key: string): boolean {
-    if (set === NAMES.nodeportIPs) return this.#options.nodePortIPs.includes(key);
+    if (set === NAMES.nodeportIPs) {
+      return this.#options.nodePortsOnAllAddresses
+        ? this.#toNode && !isLoopback(key)
+        : this.#options.nodePortIPs.includes(key);
+    }
     return this.#index.elements.get(set)?.has(key) ?? false;
   }
 

@@ -1,9 +1,12 @@
 /**
- * IP address and CIDR validation for API objects, in one place, on top of `ipaddr.js`.
+ * IP address and CIDR parsing for API objects, in one place, on top of `ipaddr.js`.
  *
  * Every address the proxy takes from an object goes through {@link parseAddress} or
- * {@link parseCIDR}, which accept only unambiguous text (no leading zeros, which `ipaddr.js`
- * would read as octal; no IPv4-mapped IPv6) and return the canonical form used everywhere else.
+ * {@link parseCIDR}, which read text the way upstream's `netutils.ParseIPSloppy` /
+ * `ParseCIDRSloppy` do — IPv4 parts with leading zeros as decimal (`010.96.0.1` is 10.96.0.1,
+ * never octal: the API server stored such addresses before its validation became strict), and
+ * an IPv4-mapped IPv6 address as the IPv4 address — and return the canonical form used
+ * everywhere else.
  *
  * @module
  */
@@ -21,36 +24,33 @@ export type ParsedCIDR =
   | { ok: false; reason: string };
 
 /**
- * Parses one IP address from an API object.
+ * Parses one IP address from an API object, as upstream's `ParseIPSloppy` does.
  *
  * @example
  * ```ts
- * parseAddress("10.96.0.010"); // { ok: false, reason: "…leading zeros…" }
+ * parseAddress("10.96.0.010"); // { ok: true, address: "10.96.0.10", family: "IPv4" }
  * parseAddress("fd00::0:1");   // { ok: true, address: "fd00::1", family: "IPv6" }
+ * parseAddress("10.0.0.300");  // { ok: false, reason: "…not a valid IP address" }
  * ```
  */
 export function parseAddress(text: unknown): ParsedAddress {
   if (typeof text !== "string" || text === "") {
     return { ok: false, reason: `${JSON.stringify(text ?? null)} is not an IP address` };
   }
+  const invalid: ParsedAddress = { ok: false, reason: `"${text}" is not a valid IP address` };
   if (text.includes(":")) {
-    if (!ipaddr.IPv6.isValid(text) || text.includes("%")) {
-      return { ok: false, reason: `"${text}" is not a valid IP address` };
-    }
+    if (!ipaddr.IPv6.isValid(text) || text.includes("%")) return invalid;
     const v6 = ipaddr.IPv6.parse(text);
     if (v6.isIPv4MappedAddress()) {
-      return { ok: false, reason: `"${text}" is an IPv4-mapped IPv6 address, use the IPv4 form` };
+      return { ok: true, address: v6.toIPv4Address().toString(), family: "IPv4" };
     }
     return { ok: true, address: v6.toString(), family: "IPv6" };
   }
-  if (!ipaddr.IPv4.isValidFourPartDecimal(text)) {
-    return { ok: false, reason: `"${text}" is not a valid IP address` };
+  const parts = text.split(".");
+  if (parts.length !== 4 || parts.some((p) => !/^\d{1,10}$/.test(p) || Number(p) > 255)) {
+    return invalid;
   }
-  if (text.split(".").some((part) => part.length > 1 && part.startsWith("0"))) {
-    return { ok: false, reason: `"${text}" has leading zeros, which are ambiguous` };
-  }
-  // Four decimal parts without leading zeros: already the canonical form.
-  return { ok: true, address: text, family: "IPv4" };
+  return { ok: true, address: parts.map(Number).join("."), family: "IPv4" };
 }
 
 /**
@@ -77,17 +77,11 @@ export function parseCIDR(text: unknown): ParsedCIDR {
 }
 
 /**
- * A configured CIDR in canonical form, reading IPv4 octets with leading zeros as decimal as
- * Go's sloppy parser (and so upstream's configuration) does: `010.244.0.0/16` → `10.244.0.0/16`.
- * Null when it is not a CIDR.
+ * A configured CIDR in canonical form, read as upstream's configuration reads it (leading zeros
+ * as decimal: `010.244.0.0/16` → `10.244.0.0/16`). Null when it is not a CIDR.
  */
 export function canonicalConfigCIDR(text: string): string | null {
-  const slash = text.indexOf("/");
-  const address = slash < 0 ? text : text.slice(0, slash);
-  const decimal = address.includes(":")
-    ? address
-    : address.split(".").map((o) => o.replace(/^0+(?=\d)/, "")).join(".");
-  const parsed = parseCIDR(`${decimal}${slash < 0 ? "" : text.slice(slash)}`);
+  const parsed = parseCIDR(text);
   return parsed.ok ? parsed.cidr : null;
 }
 

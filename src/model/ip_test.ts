@@ -10,8 +10,25 @@ Deno.test("parseAddress() returns the canonical form and family", () => {
   });
 });
 
-Deno.test("parseAddress() refuses ambiguous and invalid text", () => {
-  for (const bad of ["10.0.0.300", "010.0.0.1", "::ffff:10.0.0.1", "", "1.2.3", "fe80::1%eth0"]) {
+Deno.test("parseAddress() reads leading zeros as decimal and mapped IPv6 as IPv4, like ParseIPSloppy", () => {
+  assert.deepEqual(parseAddress("010.096.000.010"), {
+    ok: true,
+    address: "10.96.0.10",
+    family: "IPv4",
+  });
+  assert.deepEqual(parseAddress("::ffff:10.0.0.1"), {
+    ok: true,
+    address: "10.0.0.1",
+    family: "IPv4",
+  });
+  const cidr = parseCIDR("010.244.0.0/16");
+  assert.equal(cidr.ok && cidr.cidr, "10.244.0.0/16");
+});
+
+Deno.test("parseAddress() refuses invalid text", () => {
+  for (
+    const bad of ["10.0.0.300", "0256.0.0.1", "1.2.3", "1.2.3.4.5", "", "fe80::1%eth0", "a.b.c.d"]
+  ) {
     assert.equal(parseAddress(bad).ok, false, bad);
   }
   assert.equal(parseAddress(42).ok, false);

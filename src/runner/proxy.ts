@@ -1,15 +1,15 @@
 /**
  * The proxy's lifecycle: wires a source, the proxy state, a planner and an applier into the
  * sync loop, then runs once (`--once`) or as a daemon until SIGTERM/SIGINT — with the daemon's
- * health and metrics servers, health-check node ports and stale UDP conntrack cleanup around
- * each sync.
+ * health and metrics servers, health-check node ports and the conntrack reconciler around each
+ * sync.
  *
  * Around every sync of the daemon (upstream's order): a failure counts in the metrics (full or
  * partial) and leaves `/healthz` to turn unhealthy once a change has waited for `2 × syncPeriod`;
  * a success marks the proxy healthy, records latency and script size, counts Local-policy
- * ports without local endpoints, updates the health-check node ports and, when the kernel was
- * changed, deletes the UDP conntrack entries the change made stale (a cleanup failure is logged
- * and never fails the sync).
+ * ports without local endpoints, updates the health-check node ports and runs the conntrack
+ * reconciler, which deletes every UDP conntrack entry not pointing at a serving endpoint of its
+ * service (a failure is logged and never fails the sync).
  *
  * On shutdown the rules stay in the kernel, so traffic keeps flowing while the proxy restarts;
  * the next start reconciles them in its first (table-recreating) transaction.
@@ -17,8 +17,8 @@
  * @module
  */
 import type { Config } from "../config/config.ts";
-import { ConntrackError } from "../apply/conntrack.ts";
-import { type CleanupCommand, ConntrackCleanupTracker } from "../apply/conntrack_plan.ts";
+import type { ReconcileResult } from "../apply/conntrack.ts";
+import { type ConntrackService, conntrackServices } from "../apply/conntrack_plan.ts";
 import type { Logger } from "../log.ts";
 import type { Planner } from "../render/planner.ts";
 import { healthHandler, healthTimeoutMs, ProxyHealth, serveHealth } from "../server/health.ts";
@@ -57,10 +57,13 @@ export interface ProxyParts {
   readonly log: Logger;
   readonly clock?: Clock;
   /**
-   * Deletes stale UDP conntrack entries after a sync that changed the kernel, resolving with
-   * the number deleted (e.g. `runConntrackCleanup`). Absent (dry-run): no cleanup.
+   * The conntrack reconciler, run after every successful sync: deletes the UDP entries not
+   * pointing at a serving endpoint of their service (e.g. `reconcileConntrack`), resolving with
+   * what it did per family. Absent (dry-run): not run.
    */
-  readonly conntrackCleanup?: (commands: readonly CleanupCommand[]) => Promise<number>;
+  readonly conntrackReconcile?: (
+    services: readonly ConntrackService[],
+  ) => Promise<readonly ReconcileResult[]>;
   /**
    * Deletes ClientIP affinity entries that point at endpoints gone from their service (after
    * an applied sync that changed a ClientIP service); resolves with how many. Omitted in
@@ -394,7 +397,6 @@ function syncObserver(
 ): () => Promise<void> {
   const { health, metrics, serviceHealth, parts, clock } = context;
   const { config, log } = parts;
-  const conntrack = new ConntrackCleanupTracker();
   return async () => {
     const started = clock.now();
     let outcome: SyncOutcome;
@@ -439,32 +441,35 @@ function syncObserver(
         }
       }
     }
-    if (parts.conntrackCleanup !== undefined) {
-      const commands = conntrack.plan(state.services, state.endpoints, {
-        changed: outcome.full ? undefined : outcome.changed,
-      });
-      if (commands.length > 0) {
-        await cleanConntrack(commands, { run: parts.conntrackCleanup, metrics, log });
-      }
+    if (parts.conntrackReconcile !== undefined) {
+      await reconcileConntrack(state, { run: parts.conntrackReconcile, metrics, log });
     }
   };
 }
 
-async function cleanConntrack(
-  commands: readonly CleanupCommand[],
+/** Runs the conntrack reconciler after a sync; a failure is logged and never fails the sync. */
+async function reconcileConntrack(
+  state: ProxyState,
   context: {
-    run: (c: readonly CleanupCommand[]) => Promise<number>;
+    run: (services: readonly ConntrackService[]) => Promise<readonly ReconcileResult[]>;
     metrics: ProxyMetrics;
     log: Logger;
   },
 ): Promise<void> {
   const { run, metrics, log } = context;
+  let results: readonly ReconcileResult[];
   try {
-    const deleted = await run(commands);
-    metrics.conntrackDeleted(deleted);
-    log.debug(2, `deleted ${deleted} stale UDP conntrack entries (${commands.length} commands)`);
+    results = await run(conntrackServices(state.services, state.endpoints));
   } catch (err) {
-    if (err instanceof ConntrackError) metrics.conntrackDeleted(err.deleted);
-    log.error(`stale UDP conntrack cleanup failed: ${(err as Error).message}`);
+    log.error(`conntrack reconciler failed: ${(err as Error).message}`);
+    return;
+  }
+  for (const result of results) {
+    metrics.conntrackReconciled(result);
+    if (result.error !== undefined) {
+      log.error(`conntrack reconciler (${result.family}) failed: ${result.error.message}`);
+    } else if (result.deleted > 0) {
+      log.debug(2, `deleted ${result.deleted} stale ${result.family} UDP conntrack entries`);
+    }
   }
 }

@@ -6,8 +6,8 @@
  */
 import { connectionBudget, readDescriptorLimit } from "../server/descriptor_limit.ts";
 import assert from "node:assert/strict";
-import { ConntrackError } from "../apply/conntrack.ts";
-import { type CleanupCommand } from "../apply/conntrack_plan.ts";
+import type { ReconcileResult } from "../apply/conntrack.ts";
+import type { ConntrackService } from "../apply/conntrack_plan.ts";
 import { NftApplyError } from "../apply/nft.ts";
 import { type Config, DEFAULT_CONFIG } from "../config/config.ts";
 import { createLogger } from "../log.ts";
@@ -71,7 +71,9 @@ class FakeSockets {
 
 /** A running daemon with every part observable. */
 async function startDaemon(
-  options: { conntrack?: (c: readonly CleanupCommand[]) => Promise<number> } = {},
+  options: {
+    conntrack?: (s: readonly ConntrackService[]) => Promise<readonly ReconcileResult[]>;
+  } = {},
 ) {
   const clock = new FakeClock({ now: 1_700_000_000_000 });
   const source = new FakeSource();
@@ -107,7 +109,7 @@ async function startDaemon(
       proxyHealthy: () => health.status().healthy,
       serve: sockets.serve,
     }),
-    conntrackCleanup: options.conntrack,
+    conntrackReconcile: options.conntrack,
   }, { once: false, signal: controller.signal });
   await clock.flush();
   const healthz = async (path = "/healthz") =>
@@ -197,7 +199,7 @@ Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejecti
   d.source.add("Service", web());
   d.source.add(
     "Service",
-    service({ name: "broken", clusterIPs: ["10.96.0.11"], ports: [{ port: 70000 }] }),
+    service({ name: "broken", clusterIPs: ["10.96.0.300"] }),
   );
   d.source.add(
     "Service",
@@ -223,7 +225,7 @@ Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejecti
     d.clock.now() / 1000,
   );
   assert.equal(
-    await d.metric('kubenftproxy_objects_rejected_total{kind="Service",reason="spec.ports.port"}'),
+    await d.metric('kubenftproxy_objects_rejected_total{kind="Service",reason="spec.clusterIPs"}'),
     1,
   );
   assert.equal(
@@ -278,18 +280,17 @@ Deno.test("runProxy() opens a health-check node port for an eTP Local LoadBalanc
   await d.stop();
 });
 
-Deno.test("runProxy() deletes stale UDP conntrack entries after a sync and counts them; a failing cleanup fails no sync", async () => {
-  const runs: CleanupCommand[][] = [];
+Deno.test("runProxy() runs the conntrack reconciler after every sync and counts what it did; a failure fails no sync", async () => {
+  const runs: ConntrackService[][] = [];
   let fail = false;
   const d = await startDaemon({
-    conntrack: (commands) => {
-      runs.push([...commands]);
-      if (fail) {
-        return Promise.reject(
-          new ConntrackError("conntrack failed", { deleted: 1, failures: [] }),
-        );
-      }
-      return Promise.resolve(2);
+    conntrack: (services) => {
+      runs.push([...services]);
+      if (fail) return Promise.reject(new Error("conntrack is missing"));
+      return Promise.resolve([
+        { family: "IPv4", deleted: 2, seconds: 0.01 },
+        { family: "IPv6", deleted: 0, seconds: 0.01, error: new Error("cannot list") },
+      ]);
     },
   });
   const dns = service({
@@ -308,8 +309,13 @@ Deno.test("runProxy() deletes stale UDP conntrack entries after a sync and count
   d.source.add("EndpointSlice", slice("10.244.1.11"));
   d.source.handler!.onSynced();
   await d.clock.advanceAsync(0);
-  assert.equal(runs.length, 1, "flows stuck before the service had endpoints are cleared");
-  assert.equal(await d.metric("kubenftproxy_conntrack_entries_deleted_total"), 2);
+  assert.equal(runs.length, 1);
+  assert.deepEqual(runs[0].map((r) => [r.serviceIP, r.port, r.endpoints]), [
+    ["10.96.0.53", 53, ["10.244.1.11"]],
+  ]);
+  const deleted = 'kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}';
+  assert.equal(await d.metric(deleted), 2);
+  assert.ok(d.logs.some((l) => l.startsWith("E ") && l.includes("(IPv6) failed: cannot list")));
 
   fail = true;
   d.source.handler!.onEvent({
@@ -318,13 +324,11 @@ Deno.test("runProxy() deletes stale UDP conntrack entries after a sync and count
     current: slice("10.244.1.12"),
   });
   await d.clock.advanceAsync(1000);
-  assert.deepEqual(runs[1].filter((c) => c.reason === "stale-endpoint").map((c) => c.replySrc), [
-    "10.244.1.11",
-  ]);
-  assert.equal(await d.metric("kubenftproxy_conntrack_entries_deleted_total"), 3);
+  assert.deepEqual(runs[1][0].endpoints, ["10.244.1.12"]);
+  assert.equal(await d.metric(deleted), 2);
   assert.equal(await d.metric("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), 0);
   assert.equal(await d.healthz(), 200);
-  assert.ok(d.logs.some((l) => l.startsWith("E ") && l.includes("conntrack failed")));
+  assert.ok(d.logs.some((l) => l.startsWith("E ") && l.includes("conntrack is missing")));
   await d.stop();
 });
 

@@ -148,7 +148,8 @@ export class ProxyMetrics {
   readonly #livez: Counter<"code">;
   readonly #rejected: Counter<"kind" | "reason">;
   readonly #rejectionSeries = new Set<string>();
-  readonly #conntrackDeleted: Counter;
+  readonly #conntrackReconcileDuration: Histogram<"ip_family">;
+  readonly #conntrackDeleted: Counter<"ip_family">;
   readonly #rulesRestored: Counter;
   readonly #scriptBytes: Histogram;
   readonly #serviceConnections: Counter<"namespace" | "service" | "port">;
@@ -256,10 +257,19 @@ export class ProxyMetrics {
       labelNames: ["kind", "reason"] as const,
       registers,
     });
-    this.#conntrackDeleted = counter(
-      "kubenftproxy_conntrack_entries_deleted_total",
-      "Stale UDP conntrack entries deleted after endpoint changes",
-    );
+    this.#conntrackReconcileDuration = new Histogram({
+      name: "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+      help: "ReconcileConntrackFlowsLatency latency in seconds",
+      labelNames: ["ip_family"] as const,
+      buckets: [...SYNC_DURATION_BUCKETS],
+      registers,
+    });
+    this.#conntrackDeleted = new Counter({
+      name: "kubeproxy_conntrack_reconciler_deleted_entries_total",
+      help: "Cumulative conntrack flows deleted by conntrack reconciler",
+      labelNames: ["ip_family"] as const,
+      registers,
+    });
     this.#rulesRestored = counter(
       "kubenftproxy_rules_restored_total",
       "Times our rules were found removed or flushed by someone else and restored",
@@ -358,9 +368,13 @@ export class ProxyMetrics {
     this.#rulesRestored.inc();
   }
 
-  /** Stale conntrack entries were deleted after a sync. */
-  conntrackDeleted(entries: number): void {
-    if (entries > 0) this.#conntrackDeleted.inc(entries);
+  /**
+   * The conntrack reconciler ran for one family after a sync (upstream's
+   * `kubeproxy_conntrack_reconciler_*`): its duration, and the stale entries it deleted.
+   */
+  conntrackReconciled(run: { family: "IPv4" | "IPv6"; seconds: number; deleted: number }): void {
+    this.#conntrackReconcileDuration.observe({ ip_family: run.family }, run.seconds);
+    if (run.deleted > 0) this.#conntrackDeleted.inc({ ip_family: run.family }, run.deleted);
   }
 
   /**

@@ -47,7 +47,8 @@ Deno.test("ProxyMetrics() exposes upstream's metric names and types in nft mode"
     ["kubeproxy_proxy_healthz_total", "counter"],
     ["kubeproxy_proxy_livez_total", "counter"],
     ["kubenftproxy_objects_rejected_total", "counter"],
-    ["kubenftproxy_conntrack_entries_deleted_total", "counter"],
+    ["kubeproxy_conntrack_reconciler_sync_duration_seconds", "histogram"],
+    ["kubeproxy_conntrack_reconciler_deleted_entries_total", "counter"],
     ["kubenftproxy_sync_script_bytes", "histogram"],
   ];
   for (const [name, type] of expected) assert.equal(typeOf(text, name), type, name);
@@ -161,16 +162,34 @@ Deno.test("ProxyMetrics.noLocalEndpoints() sets both traffic policies, 0 from th
   );
 });
 
-Deno.test("ProxyMetrics counts conntrack deletions, network programming and health answers", async () => {
+Deno.test("ProxyMetrics counts conntrack reconciles, network programming and health answers", async () => {
   const metrics = new ProxyMetrics();
-  metrics.conntrackDeleted(3);
-  metrics.conntrackDeleted(0);
+  metrics.conntrackReconciled({ family: "IPv4", seconds: 0.3, deleted: 3 });
+  metrics.conntrackReconciled({ family: "IPv6", seconds: 0.002, deleted: 0 });
   metrics.networkProgrammed(1.5);
   metrics.healthServed("/healthz", 200);
   metrics.healthServed("/healthz", 503);
   metrics.healthServed("/livez", 200);
   const text = await metrics.text();
-  assert.equal(sample(text, "kubenftproxy_conntrack_entries_deleted_total"), 3);
+  assert.equal(
+    sample(text, 'kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}'),
+    3,
+  );
+  assert.equal(
+    sample(text, 'kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv6"}'),
+    undefined,
+  );
+  assert.equal(
+    sample(text, 'kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family="IPv6"}'),
+    1,
+  );
+  assert.equal(
+    sample(
+      text,
+      'kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket{le="0.512",ip_family="IPv4"}',
+    ),
+    1,
+  );
   assert.equal(sample(text, 'kubeproxy_network_programming_duration_seconds_bucket{le="2"}'), 1);
   assert.equal(sample(text, 'kubeproxy_proxy_healthz_total{code="503"}'), 1);
   assert.equal(sample(text, 'kubeproxy_proxy_livez_total{code="200"}'), 1);
@@ -250,12 +269,18 @@ Deno.test("metricsHandler() answers /proxyMode and /healthz like upstream, 404 o
 Deno.test("serveMetrics() serves /metrics on loopback, and is disabled by an empty address", async () => {
   assert.equal(serveMetrics("", () => new Response()), null);
   const metrics = new ProxyMetrics();
-  metrics.conntrackDeleted(7);
+  metrics.conntrackReconciled({ family: "IPv4", seconds: 0.1, deleted: 7 });
   const server = serveMetrics("127.0.0.1:0", metricsHandler(metrics));
   assert.ok(server);
   try {
     const res = await fetch(`http://127.0.0.1:${server.addr.port}/metrics`);
-    assert.equal(sample(await res.text(), "kubenftproxy_conntrack_entries_deleted_total"), 7);
+    assert.equal(
+      sample(
+        await res.text(),
+        'kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}',
+      ),
+      7,
+    );
   } finally {
     await server.close();
   }

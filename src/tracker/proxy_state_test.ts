@@ -48,6 +48,28 @@ Deno.test("ProxyState keeps a good Service next to a refused one and logs one li
   assert.match(lines[0], /^cannot use Service default\/bad: spec\.clusterIPs\[0\]/);
 });
 
+Deno.test("ProxyState programs a Service's good ports and logs each part it skipped", () => {
+  const lines: string[] = [];
+  const state = newState(lines);
+  state.onEvent({
+    kind: "Service",
+    current: service({
+      name: "odd",
+      clusterIPs: ["10.96.0.011"],
+      ports: [{ name: "a", port: 70000 }, { name: "b", port: 81 }],
+      spec: { externalIPs: ["bad"] },
+    }),
+  });
+  state.takeChanges();
+  assert.deepEqual([...state.services.keys()], ["default/odd:b/TCP"]);
+  assert.deepEqual(state.services.get("default/odd:b/TCP")?.clusterIPs, ["10.96.0.11"]);
+  assert.equal(lines.length, 2);
+  assert.ok(
+    lines.every((l) => l.startsWith("ignoring part of Service default/odd: ")),
+    lines.join(),
+  );
+});
+
 Deno.test("ProxyState moves endpoints when a slice changes its service label", () => {
   const state = newState();
   state.onEvent({ kind: "Service", current: web });

@@ -14,7 +14,7 @@ import { serviceKey, type ServicePort, servicePortKey } from "../model/service_p
 
 /** Options of a {@link ServiceChangeTracker}. */
 export interface ServiceTrackerOptions {
-  /** Receives one line per refused Service. Default: console.error. */
+  /** Receives one line per refused Service and per skipped part of one. Default: console.error. */
   log?: (line: string) => void;
   /** Called with the reason of each refused Service (for counters). */
   onRejected?: (reason: string) => void;
@@ -57,8 +57,10 @@ export class ServiceChangeTracker {
       name: getString(previous, ["metadata", "name"]) ?? "",
     });
     let ports: readonly ServicePort[] = [];
-    if (converted?.ok) ports = converted.ports;
-    else if (converted) {
+    if (converted?.ok) {
+      ports = converted.ports;
+      converted.warnings.forEach((line) => this.#log(line));
+    } else if (converted) {
       this.#log(converted.message);
       this.#onRejected(converted.reason);
     }

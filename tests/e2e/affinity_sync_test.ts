@@ -55,7 +55,7 @@ Deno.test({
         ]);
         assert.equal(listed.code, 0, listed.stderr);
         const entries = parseAffinityListing(listed.stdout)
-          .filter((e) => e.entry === `${ADDR.sticky} . tcp . 80`);
+          .filter((e) => e.key.startsWith(`${topo.client.ip4} . `));
         assert.equal(entries.length, 1, listed.stdout);
         const after = (await probe(topo, topo.client.ns, target, { count: 5 }))
           .map((r) => r.outcome === "ok" ? r.body : r.outcome);

@@ -1,17 +1,21 @@
 /**
- * Data-plane specs of the stale UDP conntrack cleanup: a hand-written DNAT in the node
- * namespace (a small table of this test's own, not the proxy's), a UDP client reusing one source
- * port, and the kernel's conntrack table showing why the cleanup is needed and that it works.
+ * Data-plane specs of the conntrack reconciler: a hand-written DNAT in the node namespace (a
+ * small table of this test's own, not the proxy's), a UDP client reusing one source port, and the
+ * kernel's conntrack table showing why the reconciler is needed and that it works; then the
+ * real proxy finding flows that went stale while it was down.
  *
  * @module
  */
 import assert from "node:assert/strict";
-import { runConntrackCleanup } from "../../src/apply/conntrack.ts";
-import { planConntrackCleanup } from "../../src/apply/conntrack_plan.ts";
+import { reconcileConntrack } from "../../src/apply/conntrack.ts";
+import type { ConntrackService } from "../../src/apply/conntrack_plan.ts";
 import { listConntrack } from "../netns/conntrack.ts";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe, type ProbeResult, type Topology } from "../netns/topology.ts";
 import { POD_PORT } from "../fixtures/ip_plan.ts";
+import { endpointSlice, service } from "../fixtures/objects.ts";
+import type { RawObject } from "../../src/source/events.ts";
+import { startProxy } from "./proxy_harness.ts";
 
 const gate = await netnsTestGate();
 
@@ -19,6 +23,8 @@ const gate = await netnsTestGate();
 const MOVED_IP = "10.96.0.50";
 /** A service IP that has no rule (no endpoints) at first, then gets pod-a. */
 const LATE_IP = "10.96.0.51";
+/** The proxy-programmed UDP service of the restart test. */
+const DNS_IP = "10.96.0.53";
 const SERVICE_PORT = 80;
 const TABLE = "knp_test";
 
@@ -33,6 +39,10 @@ function natTable(dnats: Record<string, string>): string {
     rules.join("");
 }
 
+function udpService(serviceIP: string, endpoints: string[]): ConntrackService {
+  return { serviceIP, port: SERVICE_PORT, protocol: "UDP", nodePort: 0, endpoints };
+}
+
 function body(results: ProbeResult[]): string {
   const [r] = results;
   return r.outcome === "ok" ? r.body : r.outcome;
@@ -44,7 +54,7 @@ async function program(topo: Topology, dnats: Record<string, string>): Promise<v
 }
 
 Deno.test({
-  name: "runConntrackCleanup() unsticks UDP flows after their endpoint changes, in a real kernel",
+  name: "reconcileConntrack() unsticks UDP flows after their endpoint changes, in a real kernel",
   ignore: gate.ignore,
   sanitizeResources: false,
   sanitizeOps: false,
@@ -71,51 +81,33 @@ Deno.test({
           assert.deepEqual(stale.map((e) => e.reply.src), [podA.ip4], JSON.stringify(entries));
         }],
         [
-          "the cleanup deletes only the stale flow, and its next datagram reaches pod-b",
+          "the reconciler deletes only the stale flow, and its next datagram reaches pod-b",
           async () => {
-            const commands = planConntrackCleanup(
-              [{
-                serviceIP: MOVED_IP,
-                port: SERVICE_PORT,
-                protocol: "UDP",
-                nodePort: 0,
-                endpoints: [podA.ip4],
-              }],
-              [{
-                serviceIP: MOVED_IP,
-                port: SERVICE_PORT,
-                protocol: "UDP",
-                nodePort: 0,
-                endpoints: [podB.ip4],
-              }],
-            );
-            assert.equal(commands.length, 1);
-            // listFirst: the plan is checked against `conntrack -L` before deleting.
             const netns = topo.node.ns;
-            assert.equal(await runConntrackCleanup(commands, { netns, listFirst: true }), 1);
+            const services = [udpService(MOVED_IP, [podB.ip4])];
+            const [v4] = await reconcileConntrack(services, { netns, families: ["IPv4"] });
+            assert.deepEqual([v4.deleted, v4.error], [1, undefined]);
             const left = await listConntrack(topo.node.ns, { dst: MOVED_IP, proto: "udp" });
             assert.deepEqual(left.map((e) => e.reply.src), [podB.ip4], JSON.stringify(left));
             assert.equal(body(await udp(MOVED_IP, 40000)), "pod-b");
-            // Nothing left to delete: a second run finds no entries and is not an error.
-            assert.equal(await runConntrackCleanup(commands, { netns }), 0);
-            assert.equal(await runConntrackCleanup(commands, { netns, listFirst: true }), 0);
+            // Nothing left to delete: a second run deletes nothing and is not an error.
+            const [again] = await reconcileConntrack(services, { netns, families: ["IPv4"] });
+            assert.deepEqual([again.deleted, again.error], [0, undefined]);
           },
         ],
         [
-          "a flow that started while the service had no endpoints stays un-NATed until cleaned",
+          "a flow that started while the service had no endpoints stays un-NATed until reconciled",
           async () => {
             assert.equal(body(await udp(LATE_IP, 41000, 300)), "timeout");
             await program(topo, { [MOVED_IP]: podB.ip4, [LATE_IP]: podA.ip4 });
             assert.equal(body(await udp(LATE_IP, 41001)), "pod-a", "a new flow is DNATed");
             assert.equal(body(await udp(LATE_IP, 41000, 300)), "timeout", "the old one is stuck");
-            const commands = planConntrackCleanup([], [{
-              serviceIP: LATE_IP,
-              port: SERVICE_PORT,
-              protocol: "UDP",
-              nodePort: 0,
-              endpoints: [podA.ip4],
-            }]);
-            assert.equal(await runConntrackCleanup(commands, { netns: topo.node.ns }), 1);
+            const services = [udpService(MOVED_IP, [podB.ip4]), udpService(LATE_IP, [podA.ip4])];
+            const [v4] = await reconcileConntrack(services, {
+              netns: topo.node.ns,
+              families: ["IPv4"],
+            });
+            assert.equal(v4.deleted, 1);
             assert.equal(body(await udp(LATE_IP, 41000)), "pod-a");
             // The DNATed flow from port 41001 was left alone.
             const entries = await listConntrack(topo.node.ns, { dst: LATE_IP, proto: "udp" });
@@ -129,6 +121,57 @@ Deno.test({
         } catch (err) {
           throw new Error(`${name}: ${(err as Error).message}`, { cause: err });
         }
+      }
+    } finally {
+      await topo.cleanup();
+    }
+  },
+});
+
+Deno.test({
+  name: "the proxy deletes UDP flows that went stale while it was down, at its first sync",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    gate.assertUsable();
+    const topo = await createTopology({ pods: ["pod-a", "pod-b"], ipv6: false });
+    try {
+      const [podA, podB] = topo.pods;
+      const dns = (pod: string): RawObject[] => [
+        service({
+          name: "dns",
+          clusterIPs: [DNS_IP],
+          ports: [{ name: "dns", port: 53, protocol: "UDP", targetPort: POD_PORT }],
+        }),
+        endpointSlice({
+          name: "dns-1",
+          service: "dns",
+          ports: [{ name: "dns", port: POD_PORT, protocol: "UDP" }],
+          endpoints: [pod],
+        }),
+      ];
+      const ask = async () =>
+        body(
+          await probe(topo, topo.client.ns, `${DNS_IP}:53`, {
+            proto: "udp",
+            sourcePort: 42000,
+          }),
+        );
+      const first = await startProxy(topo, dns(podA.ip4));
+      assert.equal(await ask(), "pod-a");
+      await first.stop();
+      // While the proxy is down, the Service's endpoint moves to pod-b.
+      const second = await startProxy(topo, dns(podB.ip4));
+      try {
+        let answer = await ask();
+        for (let i = 0; i < 20 && answer !== "pod-b"; i++) {
+          await new Promise((r) => setTimeout(r, 250));
+          answer = await ask();
+        }
+        assert.equal(answer, "pod-b", "the flow DNATed to pod-a before the restart was deleted");
+      } finally {
+        await second.stop();
       }
     } finally {
       await topo.cleanup();

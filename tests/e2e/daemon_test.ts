@@ -439,14 +439,14 @@ Deno.test({
       await t.step("/metrics shows upstream's metrics with plausible values", async () => {
         await api.create(
           "Service",
-          service({ name: "broken", clusterIPs: ["10.96.0.70"], ports: [{ port: 70000 }] }),
+          service({ name: "broken", clusterIPs: ["10.96.0.300"] }),
         );
         let text = "";
         await eventually("the rejection is counted", async () => {
           text = bodyOf(await api.fetch(METRICS));
           return sample(
             text,
-            'kubenftproxy_objects_rejected_total{kind="Service",reason="spec.ports.port"}',
+            'kubenftproxy_objects_rejected_total{kind="Service",reason="spec.clusterIPs"}',
           ) === 1;
         });
         const value = (series: string) => sample(text, series) ?? NaN;

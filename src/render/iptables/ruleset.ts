@@ -103,12 +103,19 @@ export function renderFixedChains(
   }
 
   const natServices = tables.nat.get(NAT.services)!;
-  for (const ip of options.nodePortIPs) {
+  const nodePortsComment = comment(
+    "kubernetes service nodeports; NOTE: this must be the last rule in this chain",
+  );
+  if (options.nodePortsOnAllAddresses) {
+    // Upstream's rule when nodePortAddresses match everything: every local address but loopback.
     natServices.push(
-      `-A ${NAT.services} ${
-        comment("kubernetes service nodeports; NOTE: this must be the last rule in this chain")
-      } -d ${ip} -j ${NAT.nodePorts}`,
+      `-A ${NAT.services} ${nodePortsComment} -m addrtype --dst-type LOCAL ! -d ${
+        options.family === "IPv4" ? "127.0.0.0/8" : "::1/128"
+      } -j ${NAT.nodePorts}`,
     );
+  }
+  for (const ip of options.nodePortsOnAllAddresses ? [] : options.nodePortIPs) {
+    natServices.push(`-A ${NAT.services} ${nodePortsComment} -d ${ip} -j ${NAT.nodePorts}`);
   }
 
   const check = tables.filter.get(FILTER.clusterIPs)!;
@@ -162,8 +169,9 @@ export function renderServicePort(
   const chains = serviceChainNames(port.name);
   const externalIPs = inFamily(port.externalIPs);
   const lbIPs = inFamily(port.loadBalancerIPs);
-  const nodePortIPs = port.nodePort === 0 ? [] : options.nodePortIPs;
-  const externallyAccessible = externalIPs.length + lbIPs.length + nodePortIPs.length > 0;
+  const servesNodePort = port.nodePort !== 0 &&
+    (options.nodePortsOnAllAddresses || options.nodePortIPs.length > 0);
+  const externallyAccessible = externalIPs.length + lbIPs.length > 0 || servesNodePort;
   const iTPLocal = port.internalPolicyLocal;
   const eTPLocal = port.externalPolicyLocal;
 
@@ -177,7 +185,8 @@ export function renderServicePort(
   const hasExternal = eTPLocal ? sel.local.length > 0 : sel.cluster.length > 0;
   const usesExternal = hasEndpoints && externallyAccessible;
   const ranges = port.loadBalancerSourceRanges.filter((c) => familyOf(c.split("/")[0]) === family);
-  const usesFirewall = hasEndpoints && lbIPs.length > 0 && port.loadBalancerSourceRanges.length > 0;
+  // Each family's ranges guard its LB IPs; a family without ranges stays open (upstream).
+  const usesFirewall = hasEndpoints && lbIPs.length > 0 && ranges.length > 0;
   const loadBalancerChain = usesFirewall ? chains.firewall : chains.external;
 
   const internalFilter = !hasEndpoints
@@ -247,7 +256,7 @@ export function renderServicePort(
   }
 
   // Node ports (never limited by loadBalancerSourceRanges, as upstream).
-  if (nodePortIPs.length > 0) {
+  if (servesNodePort) {
     if (hasEndpoints) {
       r.shared(
         "nat",
@@ -255,8 +264,17 @@ export function renderServicePort(
         `${comment(name)} ${r.proto} --dport ${port.nodePort} -j ${chains.external}`,
       );
     }
-    if (!hasExternal) {
-      for (const ip of nodePortIPs) {
+    if (!hasExternal && options.nodePortsOnAllAddresses) {
+      r.shared(
+        "filter",
+        FILTER.externalServices,
+        `${
+          comment(externalFilter.why)
+        } -m addrtype --dst-type LOCAL ${r.proto} --dport ${port.nodePort} -j ${externalFilter.target}`,
+      );
+    }
+    if (!hasExternal && !options.nodePortsOnAllAddresses) {
+      for (const ip of options.nodePortIPs) {
         r.shared(
           "filter",
           FILTER.externalServices,
@@ -329,7 +347,7 @@ export function renderServicePort(
     for (const cidr of ranges) r.rule(fw, `${lbComment} -s ${cidr} -j ${chains.external}`);
     // A VIP-like load balancer whose IP is local to the node: the node's own requests come
     // from the LB IP. Allowed when the node is inside a range (upstream's rule).
-    const nodeInRange = options.nodePortIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
+    const nodeInRange = options.nodeIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
     if (nodeInRange) {
       for (const ip of lbIPs) r.rule(fw, `${lbComment} -s ${ip} -j ${chains.external}`);
     }

@@ -27,11 +27,13 @@ export const NAMES = {
   filterOutput: "filter-output",
   /** Base chain, filter hook output, after DNAT: the cluster-IP check for node traffic. */
   filterOutputPostDnat: "filter-output-post-dnat",
+  /** Base chain (IPv4), filter hook prerouting, after DNAT: records ClientIP affinity. */
+  filterPreroutingPostDnat: "filter-prerouting-post-dnat",
   /** Base chain, nat hook prerouting: DNAT of traffic arriving at the node. */
   natPrerouting: "nat-prerouting",
   /** Base chain, nat hook output: DNAT of traffic sent by the node. */
   natOutput: "nat-output",
-  /** Base chain, nat hook postrouting: affinity records, hairpin, masquerade. */
+  /** Base chain, nat hook postrouting: hairpin, masquerade. */
   natPostrouting: "nat-postrouting",
   /** Dispatches a packet to its service via `service-ips` and `service-nodeports`. */
   services: "services",
@@ -51,7 +53,7 @@ export const NAMES = {
   rejectChain: "reject-chain",
   /** Set: every cluster IP of this family. */
   clusterIPs: "cluster-ips",
-  /** Set: the node addresses that accept node ports. */
+  /** Set: the node addresses that accept node ports (empty when every local address does). */
   nodeportIPs: "nodeport-ips",
   /** Verdict map: `daddr . l4proto . dport` → the service's target (cluster, external, LB IPs). */
   serviceIPs: "service-ips",
@@ -67,10 +69,17 @@ export const NAMES = {
   firewallAllow: "firewall-allow",
   /** Set: `endpoint . endpoint` for every endpoint: matches a pod DNATed back to itself. */
   hairpinEndpoints: "hairpin-endpoints",
-  /** Dynamic map: `client . daddr . l4proto . dport` → the endpoint the client sticks to. */
+  /**
+   * Dynamic map (IPv4): `client . service-port id` → the endpoint the client sticks to, whichever
+   * entry point of the service port it used (the id travels in `meta priority`, see affinity.ts).
+   */
   affinity: "affinity",
-  /** Verdict map: `daddr . l4proto . dport` of ClientIP services → jump to their recorder. */
-  affinityServices: "affinity-services",
+  /** Map (IPv4): `daddr . l4proto . dport` of a ClientIP service port's entry point → its id. */
+  affinityIds: "affinity-ids",
+  /** Map (IPv4): `l4proto . dport` of a ClientIP service port's node port → its id. */
+  affinityNodeportIds: "affinity-nodeport-ids",
+  /** Verdict map (IPv4): service-port id → jump to the chain recording its affinity. */
+  affinityRecorders: "affinity-recorders",
 } as const;
 
 /**
@@ -111,10 +120,13 @@ export const NFT_PROTOCOLS: readonly NftProtocol[] = ["tcp", "udp", "sctp"];
  * Map `daddr . l4proto . dport . index` → endpoint `addr . port`: all usable endpoints
  * (`cluster-endpoints-tcp`) or this node's (`local-endpoints-tcp`). One map per protocol: the
  * value's `typeof` must name a protocol, and nft 1.0.6 then makes every rule using the map
- * match that protocol (a `th dport` value cannot be read back from the kernel).
+ * match that protocol (a `th dport` value cannot be read back from the kernel). Node ports have
+ * maps of their own keyed without the address, `l4proto . dport . index`
+ * (`cluster-nodeport-endpoints-tcp`): a node port answers on whatever local address a packet
+ * comes to.
  */
-export function endpointMapName(local: boolean, protocol: NftProtocol): string {
-  return `${local ? "local" : "cluster"}-endpoints-${protocol}`;
+export function endpointMapName(local: boolean, protocol: NftProtocol, nodePort = false): string {
+  return `${local ? "local" : "cluster"}-${nodePort ? "nodeport-" : ""}endpoints-${protocol}`;
 }
 
 /** How a load-balancing chain picks an endpoint. */

@@ -47,7 +47,9 @@ export function nftRenderOptions(
     localMatch: detector?.local ?? null,
     notLocalMatch: detector?.notLocal ?? null,
     serviceCIDRs: shared.serviceCIDRs,
+    nodePortsOnAllAddresses: shared.nodePortsOnAllAddresses,
     nodePortIPs: shared.nodePortIPs,
+    nodeIPs: shared.nodeIPs,
     nodeName: shared.nodeName,
     zone: shared.zone,
   };

@@ -13,16 +13,19 @@
  *   internalTrafficPolicy Local); external entries go through the service's `external-…`
  *   chain, which masquerades (eTP Cluster) or short-circuits pods and the node to all endpoints
  *   and sends the rest to this node's endpoints (eTP Local).
- * - Each entry point (cluster IP, external IP, LB IP, node IP + node port) has its own N
- *   elements in `cluster-endpoints` or `local-endpoints`, keyed `entry . index`.
+ * - Each entry point (cluster IP, external IP, LB IP) has its own N elements in
+ *   `cluster-endpoints` or `local-endpoints`, keyed `entry . index`; a node port has N in
+ *   `cluster-nodeport-endpoints` or `local-nodeport-endpoints`, keyed `proto . port . index`,
+ *   whichever node address it is reached on.
  *
  * @module
  */
 import type { Endpoint } from "../../model/endpoint.ts";
 import { formatEndpoint } from "../../model/endpoint.ts";
 import { cidrContains } from "../../model/ip.ts";
-import type { ServicePort } from "../../model/service_port.ts";
+import { type ServicePort, servicePortKey } from "../../model/service_port.ts";
 import { selectEndpoints } from "../endpoints.ts";
+import { AffinityIds, formatAffinityId } from "./affinity.ts";
 import { ELEMENT_SEPARATOR, type EntryElements, type Fragment } from "./fragment.ts";
 import {
   affinityChainName,
@@ -75,26 +78,32 @@ class EndpointElements implements EntryElements {
   }
 }
 
-/** One way into a service port: the address (or node IP) and port the client used. */
+/**
+ * One way into a service port: the address and port the client used, or a node port (on
+ * whichever node address: no address).
+ */
 interface Entry {
   readonly address: string;
   readonly port: number;
+  readonly nodePort?: true;
 }
 
 /**
  * Renders what one service port adds to a family's table, or null when the port has no
- * address in this family.
+ * address in this family. `affinityIds` gives an IPv4 ClientIP port its id (see affinity.ts);
+ * by default a fresh allocator, for callers that only read the rules.
  */
 export function renderServicePort(
   port: ServicePort,
   endpoints: readonly Endpoint[],
   options: NftRenderOptions,
+  affinityIds: AffinityIds = new AffinityIds(),
 ): Fragment | null {
   const v6 = options.family === "ip6";
   const inFamily = (ips: readonly string[]) => ofFamily(ips, v6);
   const clusterIP = port.clusterIPs.find((ip) => ip.includes(":") === v6);
   if (clusterIP === undefined) return null;
-  const r = new FragmentBuilder(port, options);
+  const r = new FragmentBuilder(port, options, affinityIds);
   const selection = selectEndpoints(port, ofFamily(endpoints, v6), options);
   const internal = port.internalPolicyLocal ? selection.local : selection.cluster;
   const sticky = port.sessionAffinity !== null;
@@ -117,9 +126,10 @@ export function renderServicePort(
   // External IPs, load-balancer IPs and node ports: external traffic policy.
   const addressEntries = [...inFamily(port.externalIPs), ...inFamily(port.loadBalancerIPs)]
     .map((address): Entry => ({ address, port: port.port }));
-  const nodePortEntries = port.nodePort === 0
+  const servesNodePorts = options.nodePortsOnAllAddresses || options.nodePortIPs.length > 0;
+  const nodePortEntries: Entry[] = port.nodePort === 0 || !servesNodePorts
     ? []
-    : options.nodePortIPs.map((address): Entry => ({ address, port: port.nodePort }));
+    : [{ address: "", port: port.nodePort, nodePort: true }];
   if (addressEntries.length + nodePortEntries.length > 0) {
     const nodePortKey = `${r.proto} . ${port.nodePort}`;
     if (!selection.any) {
@@ -147,10 +157,11 @@ export function renderServicePort(
     }
   }
 
-  // loadBalancerSourceRanges guard the load-balancer IPs only.
-  if (port.loadBalancerSourceRanges.length > 0) {
-    const ranges = outermost(inFamily(port.loadBalancerSourceRanges));
-    const nodeInRange = options.nodePortIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
+  // loadBalancerSourceRanges guard the load-balancer IPs only, each family with its own
+  // ranges; a family without ranges stays open (upstream filters the ranges per family).
+  const ranges = outermost(inFamily(port.loadBalancerSourceRanges));
+  if (ranges.length > 0) {
+    const nodeInRange = options.nodeIPs.some((ip) => ranges.some((c) => cidrContains(c, ip)));
     for (const lbIP of inFamily(port.loadBalancerIPs)) {
       const key = r.serviceKey({ address: lbIP, port: port.port });
       r.element(NAMES.firewallIPs, key);
@@ -219,9 +230,15 @@ class FragmentBuilder {
   /** `comment "…"` as an element carries it (with its leading space), or nothing. */
   readonly #commentText: string;
 
-  constructor(port: ServicePort, options: NftRenderOptions) {
+  /** The IPv4 ClientIP id (`meta priority`) of this service port, or "" without one. */
+  readonly #affinityId: string;
+
+  constructor(port: ServicePort, options: NftRenderOptions, affinityIds: AffinityIds) {
     this.#port = port;
     this.#options = options;
+    this.#affinityId = port.sessionAffinity !== null && options.family === "ip"
+      ? formatAffinityId(affinityIds.idOf(servicePortKey(port.name)))
+      : "";
     this.proto = port.name.protocol.toLowerCase() as NftProtocol;
     this.#comment = serviceComment(port.name);
     this.#commentText = this.#comment ? ` comment "${this.#comment}"` : "";
@@ -231,7 +248,9 @@ class FragmentBuilder {
     // One string per entry point (keys are kept), and flat: joined, not a tree of pieces.
     if (entry !== this.#lastEntry) {
       this.#lastEntry = entry;
-      this.#lastKey = [entry.address, this.proto, entry.port].join(" . ");
+      this.#lastKey = entry.nodePort
+        ? [this.proto, entry.port].join(" . ")
+        : [entry.address, this.proto, entry.port].join(" . ");
     }
     return this.#lastKey;
   }
@@ -270,7 +289,7 @@ class FragmentBuilder {
 
   /** The endpoints of one entry point in the cluster or local map, plus hairpin entries. */
   endpoints(entry: Entry, endpoints: readonly Endpoint[], local: boolean): void {
-    const map = endpointMapName(local, this.proto);
+    const map = endpointMapName(local, this.proto, entry.nodePort);
     const key = this.serviceKey(entry);
     if (endpoints.length > 0) {
       this.#entryElements(new EndpointElements(map, key, endpoints));
@@ -284,10 +303,16 @@ class FragmentBuilder {
       }
     }
     const affinity = this.#port.sessionAffinity;
-    if (affinity !== null && this.#options.family === "ip") {
+    if (affinity !== null && this.#affinityId !== "") {
+      // Every entry point of the port leads to its one id; the id to its recorder.
       const recorder = affinityChainName(affinity.timeoutSeconds);
       this.chains.set(recorder, affinityRecorderRules(affinity.timeoutSeconds));
-      this.element(NAMES.affinityServices, key, `jump ${recorder}`);
+      this.element(
+        entry.nodePort ? NAMES.affinityNodeportIds : NAMES.affinityIds,
+        key,
+        this.#affinityId,
+      );
+      this.element(NAMES.affinityRecorders, this.#affinityId, `jump ${recorder}`);
     }
   }
 
@@ -302,13 +327,21 @@ class FragmentBuilder {
     if (spec.sticky && f === "ip6") return this.#stickyIPv6(endpoints, spec.local);
     const plainName = balancerChainName({ ...spec, sticky: false });
     const map = endpointMapName(spec.local, spec.protocol);
+    const nodePortMap = endpointMapName(spec.local, spec.protocol, true);
+    const pick = `numgen random mod ${spec.count}`;
     this.chains.set(plainName, [
-      `dnat ${f} to ${f} daddr . meta l4proto . th dport . numgen random mod ${spec.count} map @${map}`,
+      `dnat ${f} to ${f} daddr . meta l4proto . th dport . ${pick} map @${map}`,
+      // No element for the packet's address: a node port, on whichever local address.
+      `dnat ${f} to meta l4proto . th dport . ${pick} map @${nodePortMap}`,
     ]);
     if (!spec.sticky) return plainName;
     const name = balancerChainName(spec);
     this.chains.set(name, [
-      `dnat ${f} to ${f} saddr . ${f} daddr . meta l4proto . th dport map @${NAMES.affinity}`,
+      // The service port's id, unless the packet carries a priority of its own (then no
+      // affinity: the id would overwrite it).
+      `meta priority none meta priority set ${f} daddr . meta l4proto . th dport map @${NAMES.affinityIds}`,
+      `meta priority none meta priority set meta l4proto . th dport map @${NAMES.affinityNodeportIds}`,
+      `meta l4proto ${spec.protocol} dnat ${f} to ${f} saddr . meta priority map @${NAMES.affinity}`,
       `goto ${plainName}`,
     ]);
     return name;
@@ -403,9 +436,15 @@ class FragmentBuilder {
   }
 }
 
-/** Rules of `affinity-<T>` (IPv4): remember, per client and entry point, the endpoint chosen. */
+/**
+ * Rules of `affinity-<T>` (IPv4): remember, per client and service port (its id, in `meta
+ * priority`), the endpoint chosen; then clear the priority, which only carried the id.
+ */
 function affinityRecorderRules(timeoutSeconds: number): string[] {
-  return NFT_PROTOCOLS.map((p) =>
-    `meta l4proto ${p} update @${NAMES.affinity} { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout ${timeoutSeconds}s : ip daddr . ${p} dport }`
-  );
+  return [
+    ...NFT_PROTOCOLS.map((p) =>
+      `meta l4proto ${p} ct status dnat update @${NAMES.affinity} { ip saddr . meta priority timeout ${timeoutSeconds}s : ip daddr . ${p} dport }`
+    ),
+    "meta priority set none",
+  ];
 }

@@ -5,13 +5,16 @@
  *
  * How a packet is served (see nft/README.md for the picture):
  * - `services` looks up `daddr . l4proto . dport` in `service-ips` (cluster, external and
- *   load-balancer IPs) or `l4proto . dport` in `service-nodeports` (node IPs in `nodeport-ips`).
+ *   load-balancer IPs) or `l4proto . dport` in `service-nodeports` (node IPs in `nodeport-ips`,
+ *   or any local address: `fib daddr type local`).
  * - Cluster IPs go straight to a shared balancer chain (`lb-N`, or `local-lb-N` for
  *   internalTrafficPolicy Local); external entries go through the service's `external-…`
  *   chain (see service_fragment.ts).
  * - A balancer DNATs with `daddr . l4proto . dport . numgen random mod N` as the key into
- *   `cluster-endpoints` or `local-endpoints`: each entry point (cluster IP, external IP, LB IP,
- *   node IP + node port) has its own N elements there.
+ *   `cluster-endpoints` or `local-endpoints`: each entry point (cluster IP, external IP, LB IP)
+ *   has its own N elements there; a node port has N in `cluster-nodeport-endpoints` (keyed
+ *   `l4proto . dport . numgen …`), which the balancer's second rule reads when the first
+ *   finds no element for the packet's address.
  *
  * @module
  */
@@ -55,13 +58,15 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     : options.notLocalMatch
     ? [`${f} daddr @${NAMES.clusterIPs} ${options.notLocalMatch} jump ${NAMES.markForMasquerade}`]
     : [];
+  // Where node ports answer: the addresses in `nodeport-ips`, or every local one but loopback.
+  const nodePortDaddr = options.nodePortsOnAllAddresses
+    ? `fib daddr type local ${f} daddr != ${f === "ip" ? "127.0.0.0/8" : "::1"}`
+    : `${f} daddr @${NAMES.nodeportIPs}`;
   const clusterIPRules = [`${f} daddr @${NAMES.clusterIPs} reject`];
   for (const cidr of options.serviceCIDRs) clusterIPRules.push(`${f} daddr ${cidr} drop`);
-  const affinityRecords = f === "ip6"
-    ? []
-    : NFT_PROTOCOLS.map((p) =>
-      `meta l4proto ${p} ct status dnat ct original ${f} daddr . meta l4proto . ct original proto-dst vmap @${NAMES.affinityServices}`
-    );
+  // IPv4 ClientIP: right after DNAT, a packet carrying a service port's id records its endpoint
+  // (affinity.ts). Not later: forwarding resets the priority.
+  const affinityRecords = f === "ip6" ? [] : [`meta priority vmap @${NAMES.affinityRecorders}`];
 
   const chains: ChainWithRules[] = [
     filter(NAMES.filterPrerouting, "prerouting", -110, [newConn(NAMES.firewallCheck)]),
@@ -78,18 +83,23 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
       newConn(NAMES.nodeportEndpointsCheck),
       newConn(NAMES.firewallCheck),
     ]),
-    filter(NAMES.filterOutputPostDnat, "output", -90, [newConn(NAMES.clusterIPsCheck)]),
+    filter(NAMES.filterOutputPostDnat, "output", -90, [
+      ...affinityRecords,
+      newConn(NAMES.clusterIPsCheck),
+    ]),
+    ...(f === "ip6"
+      ? []
+      : [filter(NAMES.filterPreroutingPostDnat, "prerouting", -90, affinityRecords)]),
     nat(NAMES.natPrerouting, "prerouting", "dstnat", [`jump ${NAMES.services}`]),
     nat(NAMES.natOutput, "output", -100, [`jump ${NAMES.services}`]),
     nat(NAMES.natPostrouting, "postrouting", "srcnat", [
-      ...affinityRecords,
       `ct status dnat ${f} saddr . ${f} daddr @${NAMES.hairpinEndpoints} jump ${NAMES.markForMasquerade}`,
       `jump ${NAMES.masquerading}`,
     ]),
     plain(NAMES.services, [
       ...masqueradeClusterIPs,
       `${key3} vmap @${NAMES.serviceIPs}`,
-      `${f} daddr @${NAMES.nodeportIPs} meta l4proto . th dport vmap @${NAMES.serviceNodeports}`,
+      `${nodePortDaddr} meta l4proto . th dport vmap @${NAMES.serviceNodeports}`,
     ]),
     plain(NAMES.markForMasquerade, [`meta mark set meta mark | ${mark}`]),
     plain(NAMES.masquerading, [
@@ -99,7 +109,7 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     ]),
     plain(NAMES.serviceEndpointsCheck, [`${key3} vmap @${NAMES.noEndpointServices}`]),
     plain(NAMES.nodeportEndpointsCheck, [
-      `${f} daddr @${NAMES.nodeportIPs} meta l4proto . th dport vmap @${NAMES.noEndpointNodeports}`,
+      `${nodePortDaddr} meta l4proto . th dport vmap @${NAMES.noEndpointNodeports}`,
     ]),
     plain(NAMES.clusterIPsCheck, clusterIPRules),
     plain(NAMES.firewallCheck, [
@@ -110,13 +120,17 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
   ];
   const serviceKey = `${addr} . inet_proto . inet_service`;
   const portKey = "inet_proto . inet_service";
-  const endpointMaps = [false, true].flatMap((local) =>
-    NFT_PROTOCOLS.map((p): SetDef => ({
-      kind: "map",
-      name: endpointMapName(local, p),
-      type: `typeof ${key3} . numgen random mod 1 : ${f} daddr . ${p} dport`,
-      comment: `entry point and index to ${local ? "this node's" : "all"} ${p} endpoints`,
-    }))
+  const endpointMaps = [false, true].flatMap((nodePort) =>
+    [false, true].flatMap((local) =>
+      NFT_PROTOCOLS.map((p): SetDef => ({
+        kind: "map",
+        name: endpointMapName(local, p, nodePort),
+        type: `typeof ${nodePort ? "meta l4proto . th dport" : key3} . numgen random mod 1 : ` +
+          `${f} daddr . ${p} dport`,
+        comment: `${nodePort ? "node port" : "entry point"} and index to ` +
+          `${local ? "this node's" : "all"} ${p} endpoints`,
+      }))
+    )
   );
   const sets: SetDef[] = [
     { kind: "set", name: NAMES.clusterIPs, type: `type ${addr}`, comment: "Active ClusterIPs" },
@@ -174,19 +188,31 @@ export function renderSkeleton(options: NftRenderOptions): Skeleton {
     ...(f === "ip6" ? [] : [{
       kind: "map" as const,
       name: NAMES.affinity,
-      type: `type ${addr} . ${serviceKey} : ${addr} . inet_service`,
+      type: `type ${addr} . classid : ${addr} . inet_service`,
       flags: ["dynamic", "timeout"],
       size: AFFINITY_MAP_SIZE,
       dynamic: true,
-      comment: "ClientIP affinity: client . entry point to the endpoint it sticks to",
+      comment: "ClientIP affinity: client . service port id to the endpoint it sticks to",
     }, {
       kind: "map" as const,
-      name: NAMES.affinityServices,
-      type: `type ${serviceKey} : verdict`,
-      comment: "ClientIP affinity services: entry point to the chain recording affinity",
+      name: NAMES.affinityIds,
+      type: `type ${serviceKey} : classid`,
+      comment: "ClientIP affinity: entry point to its service port's id",
+    }, {
+      kind: "map" as const,
+      name: NAMES.affinityNodeportIds,
+      type: `type ${portKey} : classid`,
+      comment: "ClientIP affinity: node port to its service port's id",
+    }, {
+      kind: "map" as const,
+      name: NAMES.affinityRecorders,
+      type: "type classid : verdict",
+      comment: "ClientIP affinity: service port id to the chain recording affinity",
     }]),
   ];
-  const elements = options.nodePortIPs.map((ip): ElementDef => ({
+  const elements = (options.nodePortsOnAllAddresses ? [] : options.nodePortIPs).map((
+    ip,
+  ): ElementDef => ({
     set: NAMES.nodeportIPs,
     key: ip,
     comment: "node address",

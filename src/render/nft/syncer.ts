@@ -36,6 +36,7 @@ import {
   sameRules,
   SharedChains,
 } from "./ownership.ts";
+import { AffinityIds } from "./affinity.ts";
 import { renderServicePort } from "./service_fragment.ts";
 import { renderSkeleton } from "./skeleton.ts";
 import { type ElementDef, type ElementRun, type SetDef, Transaction } from "./transaction.ts";
@@ -73,6 +74,8 @@ interface Applied {
 /** Plans the transactions of one nft family. */
 export class NftSyncer {
   #applied: Applied | null = null;
+  /** IPv4 ClientIP service-port ids (derived from names; kept apart when two collide). */
+  readonly #affinityIds = new AffinityIds();
 
   /** Forget what was applied: the next plan is a first (table-recreating) full sync. */
   reset(): void {
@@ -80,24 +83,28 @@ export class NftSyncer {
   }
 
   /**
-   * For every entry point with ClientIP affinity in the shared `affinity` map (IPv4), the
-   * endpoints (`addr . port`) it may stick to, as last applied. Entries recorded for any other
-   * endpoint are stale: the endpoint went away.
+   * For every ClientIP service port's id in the shared `affinity` map (IPv4), the endpoints
+   * (`addr . port`) its clients may stick to, as last applied. Entries recorded for any other
+   * endpoint, or under an id no port has, are stale.
    */
   affinityTargets(): Map<string, Set<string>> {
     const targets = new Map<string, Set<string>>();
     const applied = this.#applied;
     if (applied === null) return targets;
-    for (const [key] of applied.elements.keyed.get(NAMES.affinityServices)?.active() ?? []) {
-      targets.set(key, new Set());
+    const valueOf = (line: string) => line.slice(line.lastIndexOf(" : ") + 3);
+    for (const [id] of applied.elements.keyed.get(NAMES.affinityRecorders)?.active() ?? []) {
+      targets.set(id, new Set());
+    }
+    // Entry point → its service port's id; a port's targets are those of all its entries.
+    const idOfEntry = new Map<string, string>();
+    for (const [entry, line] of applied.elements.keyed.get(NAMES.affinityIds)?.active() ?? []) {
+      idOfEntry.set(entry, valueOf(line));
     }
     for (const index of applied.elements.entries.values()) {
       for (const [entry] of index.active()) {
-        const endpoints = targets.get(entry);
+        const endpoints = targets.get(idOfEntry.get(entry) ?? "");
         if (endpoints === undefined) continue;
-        for (const line of inForce(index.valuesOf(entry))) {
-          endpoints.add(line.slice(line.lastIndexOf(" : ") + 3));
-        }
+        for (const line of inForce(index.valuesOf(entry))) endpoints.add(valueOf(line));
       }
     }
     return targets;
@@ -115,13 +122,19 @@ export class NftSyncer {
 
   #planFull(input: SyncInput, options: NftRenderOptions, optionsKey: string): SyncPlan {
     const previous = this.#applied;
+    this.#affinityIds.retain((key) => input.services.get(key)?.sessionAffinity != null);
     const tx = new Transaction(options.family, options.table).addTable(TABLE_COMMENT);
     if (previous === null) tx.deleteTable().addTable(TABLE_COMMENT);
     const skeleton = renderSkeleton(options);
     const fragments = new Map<string, Fragment>();
     const sharedChains = new SharedChains();
     for (const [key, port] of input.services) {
-      const fragment = renderServicePort(port, input.endpoints.get(key) ?? [], options);
+      const fragment = renderServicePort(
+        port,
+        input.endpoints.get(key) ?? [],
+        options,
+        this.#affinityIds,
+      );
       if (fragment) fragments.set(key, sharedChains.share(fragment));
     }
     const sets = new OwnedIndex<SetDef>();
@@ -218,8 +231,9 @@ export class NftSyncer {
     for (const key of changed) {
       const port = input.services.get(key);
       const fragment = port
-        ? renderServicePort(port, input.endpoints.get(key) ?? [], options)
+        ? renderServicePort(port, input.endpoints.get(key) ?? [], options, this.#affinityIds)
         : null;
+      if (!port?.sessionAffinity) this.#affinityIds.forget(key);
       const before = applied.fragments.get(key) ?? null;
       if (!sameFragment(before, fragment)) replaced.set(key, fragment);
     }

@@ -110,6 +110,7 @@ Deno.test({
       [
         "add chain ip kube-nftproxy lb-tcp-1",
         "add rule ip kube-nftproxy lb-tcp-1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @cluster-endpoints-tcp",
+        "add rule ip kube-nftproxy lb-tcp-1 dnat ip to meta l4proto . th dport . numgen random mod 1 map @cluster-nodeport-endpoints-tcp",
         "delete element ip kube-nftproxy no-endpoint-services { 10.96.0.11 . tcp . 80 }",
         'add element ip kube-nftproxy service-ips { 10.96.0.11 . tcp . 80 comment "default/empty:http" : goto lb-tcp-1 }',
         "add element ip kube-nftproxy cluster-endpoints-tcp { 10.96.0.11 . tcp . 80 . 0 : 10.244.1.13 . 8080 }",
