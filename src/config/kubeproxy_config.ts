@@ -235,7 +235,6 @@ function readKubeProxyConfiguration(
   const result: Partial<Config> = {};
   const fileMode = parseUpstreamProxyMode(top.string("mode"), top.name("mode"));
   if (fileMode !== undefined) result.mode = fileMode;
-  const mode = options.mode ?? fileMode ?? DEFAULT_CONFIG.mode;
 
   const hostname = normalizeHostname(top.string("hostnameOverride"));
   if (hostname !== "") result.hostname = hostname;

@@ -55,7 +55,7 @@ export function familyFacts(config: Config, facts: ClusterFacts, family: IPFamil
   const ofFamily = (items: readonly string[]) =>
     items.filter((c) => familyOf(c.split("/")[0]) === family);
   const nodeIPs = ofFamily(primaryIPs(config, facts));
-  const nodePorts = nodePortAddresses(config, facts, family, nodeIPs, ofFamily);
+  const nodePorts = nodePortAddresses(config, facts, nodeIPs, ofFamily);
   return {
     serviceCIDRs: ofFamily(facts.serviceCIDRs),
     nodePortsOnAllAddresses: nodePorts === "all",
@@ -78,7 +78,6 @@ function primaryIPs(config: Config, facts: ClusterFacts): string[] {
 function nodePortAddresses(
   config: Config,
   facts: ClusterFacts,
-  family: IPFamily,
   nodeIPs: readonly string[],
   ofFamily: (items: readonly string[]) => string[],
 ): string[] | "all" {
