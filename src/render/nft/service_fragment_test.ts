@@ -40,8 +40,10 @@ Deno.test("renderServicePort(): a ClusterIP with ready endpoints goes to the sha
   const { ip } = rendered([web(), slice(["10.244.1.12", REMOTE("10.244.2.11")])]);
   assert.deepEqual(ip.keys("cluster-ips"), ["10.96.0.10"]);
   assert.equal(ip.lookup("service-ips", "10.96.0.10 . tcp . 80"), "goto lb-tcp-2");
+  // One balancer per endpoint count: entry points by address first, node ports by port alone.
   assert.deepEqual(ip.rules("lb-tcp-2"), [
     "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @cluster-endpoints-tcp",
+    "dnat ip to meta l4proto . th dport . numgen random mod 2 map @cluster-nodeport-endpoints-tcp",
   ]);
   // Indexed by address order, whatever the slice's order.
   assert.deepEqual(endpointsOf(ip, "cluster-endpoints-tcp", "10.96.0.10 . tcp . 80"), [
@@ -98,6 +100,7 @@ Deno.test("renderServicePort(): internalTrafficPolicy Local uses this node's end
   assert.equal(ip.lookup("service-ips", "10.96.0.10 . tcp . 80"), "goto local-lb-tcp-1");
   assert.deepEqual(ip.rules("local-lb-tcp-1"), [
     "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @local-endpoints-tcp",
+    "dnat ip to meta l4proto . th dport . numgen random mod 1 map @local-nodeport-endpoints-tcp",
   ]);
   assert.deepEqual(endpointsOf(ip, "local-endpoints-tcp", "10.96.0.10 . tcp . 80"), [
     "10.244.1.11 . 8080",
@@ -150,7 +153,8 @@ Deno.test("renderServicePort(): a NodePort (eTP Cluster) is served on the node's
   assert.deepEqual(ip.keys("nodeport-ips"), ["192.168.77.1"]);
   assert.equal(ip.lookup("service-nodeports", "tcp . 30080"), `goto ${EXTERNAL}`);
   assert.deepEqual(ip.rules(EXTERNAL), ["jump mark-for-masquerade", "goto lb-tcp-2"]);
-  assert.deepEqual(endpointsOf(ip, "cluster-endpoints-tcp", "192.168.77.1 . tcp . 30080"), [
+  // Node-port endpoints are keyed by port alone: any address that takes node ports reaches them.
+  assert.deepEqual(endpointsOf(ip, "cluster-nodeport-endpoints-tcp", "tcp . 30080"), [
     "10.244.1.11 . 8080",
     "10.244.2.11 . 8080",
   ]);
@@ -210,12 +214,14 @@ Deno.test("renderServicePort(): externalTrafficPolicy Local keeps external clien
     "fib saddr type local goto lb-tcp-2",
     "goto local-lb-tcp-1",
   ]);
-  for (const entry of ["203.0.113.9 . tcp . 80", "192.168.77.1 . tcp . 30080"]) {
-    assert.deepEqual(endpointsOf(ip, "local-endpoints-tcp", entry), ["10.244.1.11 . 8080"]);
-    assert.deepEqual(endpointsOf(ip, "cluster-endpoints-tcp", entry), [
-      "10.244.1.11 . 8080",
-      "10.244.2.11 . 8080",
-    ]);
+  for (
+    const [local, cluster, entry] of [
+      ["local-endpoints-tcp", "cluster-endpoints-tcp", "203.0.113.9 . tcp . 80"],
+      ["local-nodeport-endpoints-tcp", "cluster-nodeport-endpoints-tcp", "tcp . 30080"],
+    ]
+  ) {
+    assert.deepEqual(endpointsOf(ip, local, entry), ["10.244.1.11 . 8080"]);
+    assert.deepEqual(endpointsOf(ip, cluster, entry), ["10.244.1.11 . 8080", "10.244.2.11 . 8080"]);
   }
   // The cluster IP follows internalTrafficPolicy (Cluster): every endpoint.
   assert.equal(ip.lookup("service-ips", "10.96.0.10 . tcp . 80"), "goto lb-tcp-2");
@@ -263,15 +269,21 @@ Deno.test("renderServicePort(): ClientIP affinity (IPv4) looks the client up in 
   };
   const { ip } = rendered([web(sticky), slice(["10.244.1.11", "10.244.1.12"])]);
   assert.equal(ip.lookup("service-ips", "10.96.0.10 . tcp . 80"), "goto sticky-lb-tcp-2");
+  // The service port's id rides in meta priority: client . id finds the endpoint it stuck to,
+  // whichever entry point (cluster IP or node port) the client used.
   assert.deepEqual(ip.rules("sticky-lb-tcp-2"), [
-    "dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity",
+    "meta priority none meta priority set ip daddr . meta l4proto . th dport map @affinity-ids",
+    "meta priority none meta priority set meta l4proto . th dport map @affinity-nodeport-ids",
+    "meta l4proto tcp dnat ip to ip saddr . meta priority map @affinity",
     "goto lb-tcp-2",
   ]);
-  assert.equal(ip.lookup("affinity-services", "10.96.0.10 . tcp . 80"), "jump affinity-600");
+  const id = ip.lookup("affinity-ids", "10.96.0.10 . tcp . 80");
+  assert.match(String(id), /^[0-9a-f]{4}:[0-9a-f]{4}$/);
   assert.match(
     ip.rules("affinity-600")[0],
-    /update @affinity \{ .* timeout 600s : ip daddr \. tcp dport \}$/,
+    /update @affinity \{ ip saddr \. meta priority timeout 600s : ip daddr \. tcp dport \}$/,
   );
+  assert.equal(ip.rules("affinity-600").at(-1), "meta priority set none");
   assert.deepEqual(ip.keys("affinity"), [], "filled by the packet path, not by syncs");
 });
 
