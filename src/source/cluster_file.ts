@@ -284,3 +284,15 @@ function typeName(value: unknown): string {
 function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/**
+ * JSON with every object's keys sorted, so equal content gives equal text: what the file
+ * source keeps of an object between readings (a `keep` for {@link parseClusterFile}).
+ */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => {
+    if (!isRecord(v)) return v;
+    // fromEntries defines own properties, so a "__proto__" key stays data.
+    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]));
+  });
+}
