@@ -81,6 +81,8 @@ export interface ReflectorOptions {
   onListed(): void;
   /** Where log lines go. */
   log(line: string): void;
+  /** Told why, each time a request failed and will be retried (the line also logged). */
+  onRetry?(problem: string): void;
   /** A request or watch with no byte (LIST) or event (WATCH) for this long is aborted. */
   idleTimeoutMs: number;
   /** Retry delays: first `initialMs`, doubling up to `maxMs`, jittered. */
@@ -187,7 +189,9 @@ export class Reflector {
         if (error instanceof ApiStatusError && error.status === 404) this.#rv = undefined;
         if (phase !== "watch" && this.#o.optional) this.#o.onListed();
         const delayMs = this.#backoff.next();
-        this.#o.log(`cannot ${phase} ${kind}s: ${errorMessage(error)}; retrying in ${delayMs} ms`);
+        const problem = `cannot ${phase} ${kind}s: ${errorMessage(error)}`;
+        this.#o.onRetry?.(problem);
+        this.#o.log(`${problem}; retrying in ${delayMs} ms`);
         await sleep(delayMs, signal);
       }
     }
