@@ -131,6 +131,37 @@ Deno.test({
 });
 
 Deno.test({
+  name: "main.ts refuses a hostile or oversized --config file with one line and exit 2, within 2 s",
+  ignore: gate.ignore,
+  fn: () =>
+    withNamespace(async (ns, dir) => {
+      const levels = [`  l0: &l0 [${Array(10).fill("lol").join(", ")}]`];
+      for (let i = 1; i < 9; i++) {
+        levels.push(`  l${i}: &l${i} [${Array(10).fill(`*l${i - 1}`)}]`);
+      }
+      const bomb = `${dir}/bomb.conf`;
+      await Deno.writeTextFile(
+        bomb,
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n" +
+          `featureGates:\n${levels.join("\n")}\n`,
+      );
+      assertOneLine(
+        await proxy(ns, [`--config=${bomb}`, "--once"]),
+        new RegExp(
+          `^kube-nftproxy: config ${bomb}: not valid YAML: aliases expand to more than 10000 ` +
+            "values, the limit for a file of this size; write the values out instead \\(7:\\d+\\)$",
+        ),
+      );
+      const huge = `${dir}/huge.conf`;
+      await Deno.writeTextFile(huge, `kind: KubeProxyConfiguration\n#${"x".repeat(2 ** 20)}\n`);
+      assertOneLine(
+        await proxy(ns, [`--config=${huge}`, "--once"]),
+        `kube-nftproxy: config ${huge}: cannot read: larger than 1 MiB`,
+      );
+    }),
+});
+
+Deno.test({
   name:
     "main.ts --once gives up on an API server that does not answer after one sync period: one line, exit 2",
   ignore: gate.ignore,
