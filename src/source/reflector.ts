@@ -204,7 +204,23 @@ export class Reflector {
           if (again) await sleep(this.#backoff.next(), signal);
           continue;
         }
+        if (
+          error instanceof ApiStatusError && error.status === 400 && phase === "list" &&
+          !this.#lastSyncRVUnavailable && this.#lastSyncRV !== undefined
+        ) {
+          // A version the server cannot read (a bookmark it sent, garbled): read consistently.
+          this.#o.log(
+            `${kind} list at resourceVersion ${this.#lastSyncRV} refused (${error.message}); ` +
+              "reading consistently",
+          );
+          this.#lastSyncRVUnavailable = true;
+          continue;
+        }
         if (error instanceof ApiStatusError && error.status === 404) this.#rv = undefined;
+        // A version the server cannot watch from will not become readable: list instead.
+        if (error instanceof ApiStatusError && error.status === 400 && phase === "watch") {
+          this.#rv = undefined;
+        }
         // Watching again from the same version would meet the same event: list instead, which
         // takes the objects one by one.
         if (phase === "watch" && isUnreadable(error)) this.#rv = undefined;

@@ -514,3 +514,24 @@ Deno.test("Reflector takes in a 20,000-object watch-list without stalling the ev
   }
   assert.ok(worst < 1000, `the event loop stalled for ${Math.round(worst)} ms`);
 });
+
+Deno.test("Reflector lists again, consistently, after a bookmark with a version the server refuses", async () => {
+  const refused = { kind: "Status", code: 400, reason: "BadRequest", message: "invalid rv" };
+  const r = scripted([
+    () => listOf("3", listItem("a", "1")),
+    () =>
+      stream({ type: "BOOKMARK", object: { kind: "Service", metadata: { resourceVersion: "x" } } }),
+    () => json(refused, 400),
+    () => json(refused, 400),
+    () => listOf("5", listItem("a", "1"), listItem("b", "4")),
+  ]);
+  try {
+    await waitFor("the consistent list", () => r.listed() === 2);
+    assert.match(r.paths[2], /watch=1&allowWatchBookmarks=true&resourceVersion=x&/);
+    assert.equal(r.paths[3], "/api/v1/services?resourceVersion=x");
+    assert.equal(r.paths[4], "/api/v1/services?limit=2");
+    assert.deepEqual(r.events.map(summary), ["add a", "add b"]);
+  } finally {
+    await r.stop();
+  }
+});
