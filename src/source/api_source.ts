@@ -51,6 +51,10 @@ export interface ApiSourceOptions {
   absentRetryMs?: number;
   /** LIST page size. Default 500. */
   pageSize?: number;
+  /** The largest watch event read, bytes. Default the reflector's (16 MiB). */
+  maxEventBytes?: number;
+  /** The largest LIST answer read, bytes. Default the reflector's (256 MiB). */
+  maxListBytes?: number;
   /**
    * When set, `start()` resolves only once the initial state is listed, and rejects with
    * {@link ApiUnreachableError} when it is not within this many ms (for one-shot runs, which
@@ -156,6 +160,8 @@ export class ApiSource implements Source {
         watchTimeoutSeconds: o.watchTimeoutSeconds ?? 300,
         absentRetryMs: o.absentRetryMs ?? 300_000,
         pageSize: o.pageSize ?? 500,
+        maxEventBytes: o.maxEventBytes,
+        maxListBytes: o.maxListBytes,
         signal: this.#abort.signal,
       });
       this.#reflectors.set(spec.kind, reflector);
