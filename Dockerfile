@@ -23,9 +23,11 @@ WORKDIR /src
 COPY deno.json deno.lock ./
 RUN deno install --frozen
 COPY . .
-# An empty DENORT_BIN would make deno compile look for a runtime at "", so unset it.
+# An empty DENORT_BIN would make deno compile look for a runtime at "", so unset it. The cluster
+# file parser runs in a worker, whose module deno compile only embeds when told to (--include).
 RUN if [ -z "${DENORT_BIN}" ]; then unset DENORT_BIN; fi \
-    && deno compile --allow-all --frozen --output /kube-nftproxy main.ts \
+    && deno compile --allow-all --frozen --include src/source/cluster_file_worker.ts \
+       --output /kube-nftproxy main.ts \
     && /kube-nftproxy --version
 
 FROM debian:bookworm-slim AS runtime

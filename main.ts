@@ -31,29 +31,30 @@ import { createLogger, type Logger } from "./src/log.ts";
 import { readNodeFacts } from "./src/node/node_facts.ts";
 import { runProxy } from "./src/runner/proxy.ts";
 import type { Source } from "./src/source/events.ts";
+import { reportUserErrors } from "./src/user_errors.ts";
 import { VERSION } from "./src/version.ts";
 
-/** Runs the proxy with command-line arguments; resolves with the exit code. */
-export async function main(args: readonly string[]): Promise<number> {
+/**
+ * Runs the proxy with command-line arguments; resolves with the exit code. An error the user
+ * caused (flags, config, cluster file, kubeconfig, an API server a one-shot run cannot reach)
+ * is one line on stderr and exit code 2 (src/user_errors.ts).
+ */
+export function main(args: readonly string[]): Promise<number> {
+  return reportUserErrors(() => run(args));
+}
+
+async function run(args: readonly string[]): Promise<number> {
   const nftPath = Deno.env.get("KUBE_NFTPROXY_NFT") || undefined;
   if (args[0] === "explain") {
     const { explainCommand } = await import("./src/explain/command.ts");
     const { nodeExplainIO } = await import("./src/explain/node_io.ts");
     return await explainCommand(args.slice(1), nodeExplainIO({ nftPath }));
   }
-  let commandLine;
-  try {
-    commandLine = await parseCommandLine(args);
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    console.error(`kube-nftproxy: ${err.message}`);
-    return 2;
-  }
-  const { config, actions, warnings } = commandLine;
+  const { config, actions, warnings } = await parseCommandLine(args);
   if (actions.showHelp) return print(helpText());
   if (actions.showVersion) return print(`kube-nftproxy ${VERSION}`);
   if (actions.writeConfigTo !== "") {
-    await Deno.writeTextFile(actions.writeConfigTo, toKubeProxyConfiguration(config));
+    await writeConfig(actions.writeConfigTo, toKubeProxyConfiguration(config));
     return 0;
   }
   const log = createLogger({ verbosity: config.verbosity });
@@ -97,30 +98,25 @@ export async function main(args: readonly string[]): Promise<number> {
     planned += script;
     return Promise.resolve();
   };
-  try {
-    const code = await runProxy({
-      config,
-      log,
-      // Deno's performance clock starts with the process.
-      startedAt: Date.now() - performance.now(),
-      source: await createSource(config, log),
-      planner: proxier.planner,
-      apply: kernel?.apply ?? collect,
-      conntrackReconcile: kernel
-        ? (services) => reconcileConntrack(services, { families: node.families })
-        : undefined,
-      affinityCleanup: kernel?.cleanStaleAffinity,
-      localAddresses: node.localAddresses,
-      rulesIntact: kernel?.rulesIntact,
-      rulesCheckIntervalMs: proxier.rulesCheckIntervalMs,
-      serviceConnections: kernel?.serviceConnections,
-    }, { once: actions.once || actions.dryRun, signal: controller.signal });
-    if (code !== 0 || !actions.dryRun) return code;
-  } catch (err) {
-    if (!(err instanceof Error && err.name === "ApiConfigError")) throw err;
-    log.error(`cannot load the Kubernetes API configuration: ${err.message}`);
-    return 2;
-  }
+  const once = actions.once || actions.dryRun;
+  const code = await runProxy({
+    config,
+    log,
+    // Deno's performance clock starts with the process.
+    startedAt: Date.now() - performance.now(),
+    source: await createSource(config, log, { once }),
+    planner: proxier.planner,
+    apply: kernel?.apply ?? collect,
+    conntrackReconcile: kernel
+      ? (services) => reconcileConntrack(services, { families: node.families })
+      : undefined,
+    affinityCleanup: kernel?.cleanStaleAffinity,
+    localAddresses: node.localAddresses,
+    rulesIntact: kernel?.rulesIntact,
+    rulesCheckIntervalMs: proxier.rulesCheckIntervalMs,
+    serviceConnections: kernel?.serviceConnections,
+  }, { once, signal: controller.signal });
+  if (code !== 0 || !actions.dryRun) return code;
   let report;
   try {
     report = await backend.dryRun(planned, actions.output);
@@ -134,8 +130,15 @@ export async function main(args: readonly string[]): Promise<number> {
   return 0;
 }
 
-/** The configured source, loading only its own module (the API client is heavy). */
-async function createSource(config: Config, log: Logger): Promise<Source> {
+/**
+ * The configured source, loading only its own module (the API client is heavy). A one-shot run
+ * waits for the API server at most one sync period.
+ */
+async function createSource(
+  config: Config,
+  log: Logger,
+  options: { once: boolean },
+): Promise<Source> {
   if (config.fromFile !== "") {
     const { FileSource } = await import("./src/source/file_source.ts");
     return new FileSource(config.fromFile, { log: (line) => log.warn(line) });
@@ -146,7 +149,18 @@ async function createSource(config: Config, log: Logger): Promise<Source> {
     master: config.master,
     hostname: config.hostname,
     log: (line) => log.info(line),
+    syncTimeoutMs: options.once ? config.syncPeriodMs : undefined,
   });
+}
+
+/** Writes `--write-config-to`; a file that cannot be written is the user's error. */
+async function writeConfig(path: string, text: string): Promise<void> {
+  try {
+    await Deno.writeTextFile(path, text);
+  } catch (err) {
+    const message = `flag --write-config-to: cannot write ${path}: ${(err as Error).message}`;
+    throw new ConfigError(message, { cause: err });
+  }
 }
 
 function print(text: string): number {

@@ -35,6 +35,13 @@ import {
   validateConfig,
 } from "./validation.ts";
 import { appendPortIfNeeded, isUnspecifiedIP } from "./address_syntax.ts";
+import { readTextFileBounded } from "../bounded_read.ts";
+
+/**
+ * The largest `--config` file read: 1 MiB, some two hundred times a kubeadm kube-proxy
+ * ConfigMap, so that no file (or `/dev/zero`) costs more.
+ */
+export const MAX_CONFIG_FILE_BYTES = 2 ** 20;
 
 /** Re-exported for `--write-config-to`; defined in kubeproxy_config.ts. */
 export { toKubeProxyConfiguration } from "./kubeproxy_config.ts";
@@ -74,7 +81,7 @@ export interface CommandLine {
 
 /** The I/O {@link parseCommandLine} needs, injectable for tests. */
 export interface ParseCommandLineOptions {
-  /** Reads the `--config` file. Default: `Deno.readTextFile`. */
+  /** Reads the `--config` file. Default: at most {@link MAX_CONFIG_FILE_BYTES} of it. */
   readFile?: (path: string) => Promise<string>;
   /** Reads an environment variable (`NODE_NAME`). Default: `Deno.env.get`. */
   env?: (name: string) => string | undefined;
@@ -135,7 +142,8 @@ export async function parseCommandLine(
   const warnings: string[] = [];
   const configPath = flags.config ?? "";
   if (configPath !== "") {
-    const readFile = options.readFile ?? ((path: string) => Deno.readTextFile(path));
+    const readFile = options.readFile ??
+      ((path: string) => readTextFileBounded(path, MAX_CONFIG_FILE_BYTES));
     let text: string;
     try {
       text = await readFile(configPath);

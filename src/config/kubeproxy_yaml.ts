@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { load } from "js-yaml";
+import { loadYamlDocuments } from "../bounded_yaml.ts";
 import { ConfigError, invalidValue } from "./config_error.ts";
 import { parseGoDuration } from "./duration.ts";
 
@@ -87,16 +87,28 @@ const YAML11_BOOLEANS: ReadonlyMap<string, boolean> = new Map(
 
 const DURATION_RULE = "must be a duration such as 30s, 1m0s or 500ms";
 
-/** Parses one YAML document; an empty or comment-only text reads as null. */
+/**
+ * Parses one YAML document; an empty or comment-only text reads as null. Nesting and aliases
+ * are bounded (`../bounded_yaml.ts`), so no text costs more than its size.
+ */
 export function loadYaml(text: string, where: string): unknown {
   // js-yaml refuses an empty stream; kube-proxy reads it as an empty object (then no kind).
   if (text.split("\n").every((line) => /^\s*(#.*)?$/.test(line))) return null;
+  let documents: unknown[];
   try {
-    return load(text);
+    documents = loadYamlDocuments(text);
   } catch (error) {
     const detail = error instanceof Error ? error.message.split("\n")[0] : String(error);
     throw new ConfigError(`${where}: not valid YAML: ${detail}`, { cause: error });
   }
+  if (documents.length !== 1) {
+    // js-yaml's own words for what its load() refuses.
+    const detail = documents.length === 0
+      ? "expected a document, but the input is empty"
+      : "expected a single document in the stream, but found more";
+    throw new ConfigError(`${where}: not valid YAML: ${detail}`);
+  }
+  return documents[0];
 }
 
 /** A YAML mapping (an object, not a list). */

@@ -108,7 +108,11 @@ export interface ProxyParts {
 export interface RunOptions {
   /** One full sync, then return. */
   readonly once: boolean;
-  /** Ends the daemon when aborted (e.g. on SIGTERM). */
+  /**
+   * Ends the run when aborted (SIGTERM, SIGINT), whatever it is waiting for: the daemon returns
+   * 0; a `once` run that has not synced yet stops its source and returns 1, having applied
+   * nothing.
+   */
   readonly signal?: AbortSignal;
 }
 
@@ -179,8 +183,15 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
   };
   startup.source = clock.now();
   if (daemon === undefined) {
-    await source.start(state);
-    await listed;
+    // A signal ends the wait for the source (an API server that does not answer, a file being
+    // parsed) at once; a sync already running finishes, it is one short transaction.
+    const ready = await startSource(source, state, options.signal)
+      .then((started) => started && untilAborted(listed, options.signal));
+    if (!ready) {
+      await source.stop();
+      log.warn("interrupted before the sync; nothing was applied");
+      return 1;
+    }
     try {
       const outcome = await loop.sync();
       logFirstSync(outcome);
@@ -214,12 +225,12 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
     await Promise.allSettled([...servers.map((s) => s.close()), daemon.serviceHealth.close()]);
   };
   try {
-    await source.start(state);
+    await startSource(source, state, options.signal);
   } catch (err) {
     await shutdown();
     throw err;
   }
-  servers.push(...startServers(config, daemon, log));
+  if (!options.signal?.aborted) servers.push(...startServers(config, daemon, log));
 
   const observe = syncObserver(state, loop, { ...daemon, parts, clock, synced: logFirstSync });
   const afterSync = async () => {
@@ -246,6 +257,39 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
   log.info("shutting down; rules stay in the kernel");
   await shutdown();
   return 0;
+}
+
+/**
+ * Starts `source`, unless `signal` aborts first: then the source is stopped (which ends its
+ * start) and false returned. Errors of `start()` are thrown.
+ */
+async function startSource(
+  source: Source,
+  state: ProxyState,
+  signal: AbortSignal | undefined,
+): Promise<boolean> {
+  const starting = source.start(state);
+  if (await untilAborted(starting, signal)) return true;
+  await source.stop();
+  await starting.catch(() => {});
+  return false;
+}
+
+/** Waits for `promise`: true once it resolves, false if `signal` aborts first. */
+async function untilAborted(promise: Promise<void>, signal?: AbortSignal): Promise<boolean> {
+  if (signal === undefined) {
+    await promise;
+    return true;
+  }
+  if (signal.aborted) return false;
+  let stop!: () => void;
+  const aborted = new Promise<false>((resolve) => stop = () => resolve(false));
+  signal.addEventListener("abort", stop, { once: true });
+  try {
+    return await Promise.race([promise.then(() => true), aborted]);
+  } finally {
+    signal.removeEventListener("abort", stop);
+  }
 }
 
 /**

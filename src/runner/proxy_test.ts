@@ -387,3 +387,64 @@ Deno.test("runProxy() logs the descriptor limit in force at start and the connec
   );
   await d.stop();
 });
+
+/** A source whose start() never ends on its own (an API server that never answers). */
+class HangingSource implements Source {
+  stopped = false;
+  #stop?: () => void;
+
+  start(): Promise<void> {
+    return new Promise((resolve) => this.#stop = resolve);
+  }
+
+  stop(): Promise<void> {
+    this.stopped = true;
+    this.#stop?.();
+    return Promise.resolve();
+  }
+}
+
+for (const once of [true, false]) {
+  const run = once ? "a once run" : "the daemon";
+  Deno.test(`runProxy() ends ${run} on abort while its source is still starting`, async () => {
+    const source = new HangingSource();
+    const abort = new AbortController();
+    const lines: string[] = [];
+    const scripts: string[] = [];
+    const running = runProxy({
+      config: CONFIG,
+      source,
+      planner: new NftPlanner(CONFIG),
+      apply: (script) => {
+        scripts.push(script);
+        return Promise.resolve();
+      },
+      log: createLogger({ write: (line) => lines.push(line) }),
+      clock: new FakeClock(),
+    }, { once, signal: abort.signal });
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    abort.abort();
+    assert.equal(await running, once ? 1 : 0);
+    assert.equal(source.stopped, true);
+    assert.deepEqual(scripts, [], "nothing applied");
+    if (once) assert.ok(lines.some((l) => l.includes("interrupted before the sync")));
+  });
+}
+
+Deno.test("runProxy() ends a once run on abort while it waits for the initial state", async () => {
+  const source = new FakeSource();
+  const abort = new AbortController();
+  const running = runProxy({
+    config: CONFIG,
+    source,
+    planner: new NftPlanner(CONFIG),
+    apply: () => assert.fail("nothing may be applied"),
+    log: createLogger({ write: () => {} }),
+    clock: new FakeClock(),
+  }, { once: true, signal: abort.signal });
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.ok(source.handler !== undefined, "started, never synced");
+  abort.abort();
+  assert.equal(await running, 1);
+  assert.equal(source.stopped, true);
+});

@@ -17,8 +17,16 @@
 import type { Cluster, KubeConfig, User } from "@kubernetes/client-node";
 import type { RequestOptions } from "node:https";
 import { VERSION } from "../version.ts";
-import { load as loadYaml } from "js-yaml";
+import { YAMLException } from "js-yaml";
 import { dirname, isAbsolute, join } from "node:path";
+import { formatBytes } from "../bounded_read.ts";
+import { loadYamlDocuments } from "../bounded_yaml.ts";
+
+/**
+ * The largest kubeconfig read: 4 MiB. Kubeconfigs with embedded certificates for a few dozen
+ * clusters stay far below it.
+ */
+const MAX_KUBECONFIG_BYTES = 4 * 2 ** 20;
 
 /** Where the service-account files live inside a pod. */
 const SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token";
@@ -234,13 +242,17 @@ function loadKubeConfig(
 ): KubeConfig {
   const loaded = new KubeConfigClass();
   const master = options.master ?? "";
+  const path = options.kubeconfig!;
   try {
-    loaded.loadFromFile(options.kubeconfig!);
+    // Read once, with the size, nesting and alias limits of every outside file; client-node
+    // then parses the same text, as its loadFromFile would.
+    const text = readKubeconfig(path);
+    loaded.loadFromString(text);
+    loaded.makePathsAbsolute(dirname(path));
   } catch (error) {
-    throw new ApiConfigError(
-      `cannot load kubeconfig ${options.kubeconfig}: ${errorMessage(error)}`,
-      { cause: error },
-    );
+    throw new ApiConfigError(`cannot load kubeconfig ${path}: ${errorMessage(error)}`, {
+      cause: error,
+    });
   }
   const cluster = loaded.getCurrentCluster();
   if (cluster === null) {
@@ -294,7 +306,7 @@ function kubeconfigTokenFile(path: string): string | undefined {
   };
   let doc: Doc;
   try {
-    doc = (loadYaml(Deno.readTextFileSync(path)) ?? {}) as Doc;
+    doc = (loadYamlDocuments(readKubeconfig(path))[0] ?? {}) as Doc;
   } catch {
     return undefined; // loadKubeConfig() already reported an unreadable file
   }
@@ -302,6 +314,38 @@ function kubeconfigTokenFile(path: string): string | undefined {
   const file = doc.users?.find((u) => u.name === context?.user)?.user?.tokenFile;
   if (typeof file !== "string" || file === "") return undefined;
   return isAbsolute(file) ? file : join(dirname(path), file);
+}
+
+/**
+ * A kubeconfig file's text, at most {@link MAX_KUBECONFIG_BYTES}, checked to be YAML within
+ * the nesting and alias limits (`../bounded_yaml.ts`). Synchronous, as client-node reads it.
+ */
+function readKubeconfig(path: string): string {
+  const file = Deno.openSync(path, { read: true });
+  let bytes: Uint8Array;
+  try {
+    bytes = new Uint8Array(MAX_KUBECONFIG_BYTES + 1);
+    let length = 0;
+    for (;;) {
+      const n = file.readSync(bytes.subarray(length));
+      if (n === null) break;
+      length += n;
+      if (length > MAX_KUBECONFIG_BYTES) {
+        throw new Error(`larger than ${formatBytes(MAX_KUBECONFIG_BYTES)}`);
+      }
+    }
+    bytes = bytes.subarray(0, length);
+  } finally {
+    file.close();
+  }
+  const text = new TextDecoder().decode(bytes);
+  try {
+    loadYamlDocuments(text, { filename: path });
+  } catch (error) {
+    if (error instanceof YAMLException) throw new Error(error.message.split("\n")[0]);
+    throw error;
+  }
+  return text;
 }
 
 /** PEM text of one certificate or key given as a Buffer or string. */

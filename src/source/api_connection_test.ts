@@ -230,3 +230,42 @@ Deno.test("connectApi() trusts the kubeconfig's certificate authority and loads 
     }
   });
 });
+
+Deno.test("connectApi() refuses a kubeconfig with an alias bomb, naming the file and line", async () => {
+  await withTempDir(async (dir) => {
+    const levels = [`l0: &l0 [${Array(10).fill("x").join(", ")}]`];
+    for (let i = 1; i < 9; i++) levels.push(`l${i}: &l${i} [${Array(10).fill(`*l${i - 1}`)}]`);
+    const path = `${dir}/kubeconfig`;
+    await Deno.writeTextFile(
+      path,
+      `${kubeconfigText("{server: http://127.0.0.1:1}", "{}")}${levels.join("\n")}\n`,
+    );
+    const started = performance.now();
+    await assert.rejects(
+      () => connectApi({ kubeconfig: path }),
+      (e: unknown) =>
+        e instanceof ApiConfigError &&
+        e.message.startsWith(
+          `cannot load kubeconfig ${path}: aliases expand to more than 10000 values`,
+        ) &&
+        e.message.includes(`in "${path}" (16:`),
+    );
+    assert.ok(performance.now() - started < 2000);
+  });
+});
+
+Deno.test("connectApi() refuses a kubeconfig larger than 4 MiB", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/kubeconfig`;
+    await Deno.writeTextFile(
+      path,
+      `${kubeconfigText("{server: http://127.0.0.1:1}", "{}")}#${"x".repeat(4 * 2 ** 20)}\n`,
+    );
+    await assert.rejects(
+      () => connectApi({ kubeconfig: path }),
+      (e: unknown) =>
+        e instanceof ApiConfigError &&
+        e.message === `cannot load kubeconfig ${path}: larger than 4 MiB`,
+    );
+  });
+});

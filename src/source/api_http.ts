@@ -4,6 +4,8 @@
  *
  * @module
  */
+import { formatBytes } from "../bounded_read.ts";
+import { Slices } from "./slices.ts";
 
 /** The API server answered with an error status (HTTP status or a watch `ERROR` event). */
 export class ApiStatusError extends Error {
@@ -78,30 +80,102 @@ export async function statusError(response: Response): Promise<ApiStatusError> {
   });
 }
 
-/** The body as text, calling `progress` on every chunk (so the idle watchdog sees progress). */
-export async function readText(response: Response, progress: () => void): Promise<string> {
-  let text = "";
-  const decoder = new TextDecoder();
-  for await (const chunk of response.body!) {
-    progress();
-    text += decoder.decode(chunk, { stream: true });
-  }
-  return text + decoder.decode();
+/** An answer (a LIST body, one watch event) was larger than the limit it was read with. */
+export class ResponseTooLargeError extends Error {
+  /** Always `"ResponseTooLargeError"`. */
+  override name = "ResponseTooLargeError";
 }
 
-/** The body's newline-delimited lines, as they arrive. */
-export async function* readLines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
-  let buffer = "";
-  for await (const chunk of body.pipeThrough(new TextDecoderStream())) {
-    buffer += chunk;
-    let newline = buffer.indexOf("\n");
-    while (newline >= 0) {
-      yield buffer.slice(0, newline);
-      buffer = buffer.slice(newline + 1);
-      newline = buffer.indexOf("\n");
+/**
+ * Bytes that count as progress for the idle watchdog while a body is read: a server that
+ * trickles less than this per idle timeout is treated as silent.
+ */
+export const PROGRESS_BYTES = 64 * 1024;
+
+/**
+ * The body as text, at most `maxBytes` of it (else {@link ResponseTooLargeError}, reading
+ * stops there). `progress` is called on the first chunk and then once per
+ * {@link PROGRESS_BYTES}, so the idle watchdog sees a body that really arrives, not one that
+ * dribbles in a byte at a time.
+ */
+export async function readText(
+  response: Response,
+  progress: () => void,
+  options: { maxBytes: number },
+): Promise<string> {
+  const chunks: string[] = [];
+  const decoder = new TextDecoder();
+  let bytes = 0;
+  let counted = -PROGRESS_BYTES;
+  for await (const chunk of response.body!) {
+    bytes += chunk.length;
+    if (bytes > options.maxBytes) throw tooLarge("an answer", options.maxBytes);
+    if (bytes - counted >= PROGRESS_BYTES) {
+      counted = bytes;
+      progress();
+    }
+    chunks.push(decoder.decode(chunk, { stream: true }));
+  }
+  chunks.push(decoder.decode());
+  return chunks.join("");
+}
+
+/**
+ * The body's newline-delimited lines, as they arrive, each at most `maxLineBytes` long (else
+ * {@link ResponseTooLargeError}: memory stays bounded whatever the server sends). Between lines
+ * the event loop gets a turn every few tens of milliseconds, however fast they come.
+ */
+export async function* readLines(
+  body: ReadableStream<Uint8Array>,
+  options: { maxLineBytes: number },
+): AsyncGenerator<string> {
+  const { maxLineBytes } = options;
+  const decoder = new TextDecoder();
+  const slices = new Slices();
+  /** The start of a line that has not ended yet. */
+  let pending: Uint8Array[] = [];
+  let pendingBytes = 0;
+  const take = (last: Uint8Array): string => {
+    if (pendingBytes + last.length > maxLineBytes) throw tooLarge("a line", maxLineBytes);
+    if (pending.length === 0) return decoder.decode(last);
+    const line = concat([...pending, last], pendingBytes + last.length);
+    pending = [];
+    pendingBytes = 0;
+    return decoder.decode(line);
+  };
+  for await (const chunk of body) {
+    let start = 0;
+    // A newline byte never occurs inside a multi-byte UTF-8 character: lines decode alone.
+    for (let newline = chunk.indexOf(10); newline >= 0; newline = chunk.indexOf(10, start)) {
+      const line = take(chunk.subarray(start, newline));
+      start = newline + 1;
+      yield line;
+      await slices.pause();
+    }
+    if (start < chunk.length) {
+      pendingBytes += chunk.length - start;
+      if (pendingBytes > maxLineBytes) throw tooLarge("a line", maxLineBytes);
+      pending.push(chunk.slice(start));
     }
   }
-  if (buffer.trim() !== "") yield buffer;
+  if (pendingBytes > 0) {
+    const line = take(new Uint8Array());
+    if (line.trim() !== "") yield line;
+  }
+}
+
+function tooLarge(what: string, maxBytes: number): ResponseTooLargeError {
+  return new ResponseTooLargeError(`the server sent ${what} larger than ${formatBytes(maxBytes)}`);
+}
+
+function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
+  const bytes = new Uint8Array(length);
+  let offset = 0;
+  for (const part of parts) {
+    bytes.set(part, offset);
+    offset += part.length;
+  }
+  return bytes;
 }
 
 /** Waits `ms`, or less when `signal` aborts (the timer is cleared then). */

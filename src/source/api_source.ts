@@ -17,6 +17,16 @@ import { Reflector } from "./reflector.ts";
 
 export { ApiConfigError } from "./api_connection.ts";
 
+/**
+ * The API server did not send the initial state within {@link ApiSourceOptions.syncTimeoutMs}:
+ * unreachable, refusing us, or answering with errors. The message names the server and the last
+ * problem seen.
+ */
+export class ApiUnreachableError extends Error {
+  /** Always `"ApiUnreachableError"`. */
+  override name = "ApiUnreachableError";
+}
+
 /** Upstream's selector: objects meant for another service proxy, and headless ones, are not ours. */
 export const PROXY_LABEL_SELECTOR =
   "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name";
@@ -41,6 +51,16 @@ export interface ApiSourceOptions {
   absentRetryMs?: number;
   /** LIST page size. Default 500. */
   pageSize?: number;
+  /** The largest watch event read, bytes. Default the reflector's (16 MiB). */
+  maxEventBytes?: number;
+  /** The largest LIST answer read, bytes. Default the reflector's (256 MiB). */
+  maxListBytes?: number;
+  /**
+   * When set, `start()` resolves only once the initial state is listed, and rejects with
+   * {@link ApiUnreachableError} when it is not within this many ms (for one-shot runs, which
+   * must not wait for ever). Default: `start()` returns at once and the source retries for ever.
+   */
+  syncTimeoutMs?: number;
   /** Sends requests (tests substitute it). Default the global `fetch`. */
   fetch?: typeof fetch;
   /** Prefix of the in-cluster service-account paths, for tests. Default `""`. */
@@ -66,7 +86,8 @@ interface KindSpec {
  * have each been listed once and ServiceCIDRs have been asked for once (a cluster that serves
  * none, or an error, counts as an answer: ServiceCIDRs then arrive later, when they can be
  * listed).
- * Errors never end the loops: they are logged and retried with backoff until `stop()`.
+ * Errors never end the loops: they are logged and retried with backoff until `stop()`. With
+ * `syncTimeoutMs`, `start()` waits for that first listing instead, and gives up after that long.
  *
  * @example
  * ```ts
@@ -127,6 +148,9 @@ export class ApiSource implements Source {
     this.#log(`watching the API server at ${connection.server} for node ${o.hostname}`);
     const specs = kindSpecs(o.hostname);
     const unlisted = new Set(specs.map((s) => s.kind));
+    let synced!: () => void;
+    const listed = new Promise<void>((resolve) => synced = resolve);
+    let lastProblem = "";
     for (const spec of specs) {
       const reflector = new Reflector({
         ...spec,
@@ -135,18 +159,39 @@ export class ApiSource implements Source {
         onListed: () => {
           if (!unlisted.delete(spec.kind) || unlisted.size > 0) return;
           handler.onSynced();
+          synced();
         },
+        onRetry: (problem) => lastProblem = problem,
         log: this.#log,
         idleTimeoutMs: o.idleTimeoutMs ?? 90_000,
         backoff: { initialMs: o.backoff?.initialMs ?? 500, maxMs: o.backoff?.maxMs ?? 30_000 },
         watchTimeoutSeconds: o.watchTimeoutSeconds ?? 300,
         absentRetryMs: o.absentRetryMs ?? 300_000,
         pageSize: o.pageSize ?? 500,
+        maxEventBytes: o.maxEventBytes,
+        maxListBytes: o.maxListBytes,
         signal: this.#abort.signal,
       });
       this.#reflectors.set(spec.kind, reflector);
       this.#runs.push(reflector.run());
     }
+    if (o.syncTimeoutMs === undefined) return;
+    const timeoutMs = o.syncTimeoutMs;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const expired = new Promise<"expired">((resolve) => {
+      timer = setTimeout(() => resolve("expired"), timeoutMs);
+    });
+    const stopped = new Promise<"stopped">((resolve) => {
+      this.#abort.signal.addEventListener("abort", () => resolve("stopped"), { once: true });
+    });
+    const outcome = await Promise.race([listed.then(() => "listed" as const), expired, stopped]);
+    clearTimeout(timer);
+    if (outcome !== "expired") return;
+    await this.stop();
+    throw new ApiUnreachableError(
+      `the API server at ${connection.server} did not send the initial state within ` +
+        `${timeoutMs / 1000} s${lastProblem === "" ? "" : `: ${lastProblem}`}`,
+    );
   }
 
   /** Aborts every request and loop; resolves once all have ended. No events follow. */

@@ -2,7 +2,12 @@ import assert from "node:assert/strict";
 import type { ObjectEvent, ObjectKind, RawObject } from "./events.ts";
 import { objectKey } from "./object_key.ts";
 import { remembered } from "./reflector.ts";
-import { ApiConfigError, ApiSource, type ApiSourceOptions } from "./api_source.ts";
+import {
+  ApiConfigError,
+  ApiSource,
+  type ApiSourceOptions,
+  ApiUnreachableError,
+} from "./api_source.ts";
 import { TestApiServer, type TestApiServerOptions } from "../../tests/apiserver/server.ts";
 
 // ---------------------------------------------------------------------------------------------
@@ -510,6 +515,64 @@ Deno.test("ApiSource uses --master alone, without credentials", async () => {
   } finally {
     await source.stop();
   }
+});
+
+Deno.test("ApiSource.start() with syncTimeoutMs resolves once the initial state is listed", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  server.create("Node", node("node-a"));
+  let synced = 0;
+  const source = new ApiSource({
+    master: server.url,
+    hostname: "node-a",
+    log: () => {},
+    syncTimeoutMs: 5000,
+  });
+  try {
+    await source.start({ onEvent: () => {}, onSynced: () => synced++ });
+    assert.equal(synced, 1, "synced before start() resolved");
+  } finally {
+    await source.stop();
+  }
+});
+
+Deno.test("ApiSource.start() with syncTimeoutMs gives up on a server that does not answer, naming it", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  await server.kill();
+  const source = new ApiSource({
+    master: server.url,
+    hostname: "node-a",
+    log: () => {},
+    backoff: { initialMs: 50, maxMs: 100 },
+    syncTimeoutMs: 500,
+  });
+  const started = performance.now();
+  await assert.rejects(
+    () => source.start({ onEvent: () => {}, onSynced: () => assert.fail("no sync") }),
+    (e: unknown) =>
+      e instanceof ApiUnreachableError &&
+      e.message.startsWith(
+        `the API server at ${server.url} did not send the initial state within 0.5 s: cannot `,
+      ),
+  );
+  assert.ok(performance.now() - started < 2000);
+});
+
+Deno.test("ApiSource.stop() ends a start() that waits for the initial state", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  server.stall();
+  const source = new ApiSource({
+    master: server.url,
+    hostname: "node-a",
+    log: () => {},
+    syncTimeoutMs: 60_000,
+  });
+  const starting = source.start({ onEvent: () => {}, onSynced: () => {} });
+  await sleep(100);
+  const stopping = performance.now();
+  await source.stop();
+  await starting;
+  assert.ok(performance.now() - stopping < 500);
+  server.release();
 });
 
 Deno.test("ApiSource.start() fails with ApiConfigError on an unreadable kubeconfig", async () => {

@@ -6,7 +6,8 @@
  * @module
  */
 
-import { loadAll, YAMLException } from "js-yaml";
+import { YAMLException } from "js-yaml";
+import { AliasBudget, loadYamlDocuments } from "../bounded_yaml.ts";
 import type { ObjectKind, RawObject } from "./events.ts";
 import { isClusterScoped, objectKey } from "./object_key.ts";
 
@@ -82,8 +83,10 @@ export class ClusterFileError extends Error {
  * same key the last one wins and the earlier one is reported in `skipped`.
  *
  * Throws {@link ClusterFileError} naming the file, line and column when the text is not valid
- * YAML (including duplicate mapping keys). The YAML 1.2 core schema is used, so timestamps stay
- * strings and the result is plain JSON data.
+ * YAML (including duplicate mapping keys), nests deeper than 100, or has aliases that repeat
+ * more values than the file has characters (see `../bounded_yaml.ts`: API objects never use
+ * aliases; an alias bomb must not cost more than its size). The YAML 1.2 core schema is used,
+ * so timestamps stay strings and the result is plain JSON data.
  *
  * @example
  * ```ts
@@ -173,9 +176,12 @@ const DOCUMENT_START = /^---[ \t]*(?:#.*)?$/m;
  * cut could misread (directives, `...` ends, content after `---`) is parsed whole instead.
  */
 function* documents(text: string, source: string): Generator<unknown> {
+  // One budget for the whole file: its aliases may repeat at most as many values as it has
+  // characters, however it is cut.
+  const aliases = AliasBudget.forLength(text.length);
   if (/^(?:%|\.\.\.|---[ \t]*[^ \t#\n])/m.test(text)) {
     try {
-      yield* loadAll(text, { filename: source });
+      yield* loadYamlDocuments(text, { filename: source, aliases });
     } catch (error) {
       throw syntaxError(source, error);
     }
@@ -189,7 +195,7 @@ function* documents(text: string, source: string): Generator<unknown> {
     first = false;
     if (counts) {
       try {
-        const parsed = loadAll(piece, { filename: source });
+        const parsed = loadYamlDocuments(piece, { filename: source, aliases });
         if (parsed.length === 0) yield null;
         else yield* parsed;
       } catch (error) {
@@ -277,4 +283,16 @@ function typeName(value: unknown): string {
 
 function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * JSON with every object's keys sorted, so equal content gives equal text: what the file
+ * source keeps of an object between readings (a `keep` for {@link parseClusterFile}).
+ */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => {
+    if (!isRecord(v)) return v;
+    // fromEntries defines own properties, so a "__proto__" key stays data.
+    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]));
+  });
 }

@@ -2,14 +2,20 @@
  * The `--from-file` source: Nodes, ServiceCIDRs, Services and EndpointSlices read from a
  * multi-document YAML file, emitted as source events, and re-read whenever the file changes.
  *
- * Parsing is a pure function ({@link parseClusterFile}); {@link FileSource} owns the file
- * watcher, the fallback poll and the diff between two readings, so that downstream only ever
- * sees the objects that really changed. A file that cannot be parsed or read is logged and the
- * objects read last stay in force: a reading is applied completely or not at all.
+ * Parsing is a pure function ({@link parseClusterFile}), run in a worker
+ * ({@link parseClusterBytes}); {@link FileSource} owns the file watcher, the fallback poll and
+ * the diff between two readings, so that downstream only ever sees the objects that really
+ * changed. A file that cannot be parsed or read is logged and the objects read last stay in
+ * force: a reading is applied completely or not at all.
+ *
+ * No file stops the event loop for long: it is read with a size limit, parsed in a worker with
+ * a time limit (its aliases and nesting bounded, see `../bounded_yaml.ts`), and its changes are
+ * emitted in slices of {@link DEFAULT_SLICE_MS} ms.
  *
  * @module
  */
 
+import { formatBytes, InputTooLargeError, readFileBounded } from "../bounded_read.ts";
 import type { ObjectKind, RawObject, Source, SourceHandler } from "./events.ts";
 import {
   ClusterFileError,
@@ -17,9 +23,23 @@ import {
   parseClusterFile,
   type ParsedClusterFile,
 } from "./cluster_file.ts";
+import { parseClusterBytes } from "./cluster_file_parse.ts";
+import { DEFAULT_SLICE_MS, Slices } from "./slices.ts";
 
 export { ClusterFileError, parseClusterFile };
 export type { ClusterObject, ParsedClusterFile };
+
+/**
+ * The largest cluster file read by default: 128 MiB, three times a 50,000-Service cluster
+ * (~40 MB of YAML).
+ */
+export const DEFAULT_MAX_FILE_BYTES = 128 * 2 ** 20;
+
+/** Longest a cluster file's parse may take by default, ms. */
+export const DEFAULT_PARSE_TIMEOUT_MS = 60_000;
+
+/** Skipped documents logged per reading; the rest are counted in one more line. */
+const MAX_SKIPPED_LINES = 100;
 
 /** Quiet time after the last change notice before the file is re-read. */
 const DEBOUNCE_MS = 100;
@@ -42,8 +62,18 @@ export interface FileSourceOptions {
   pollIntervalMs?: number;
   /** Where log lines go. Default `console.error`. */
   log?: (line: string) => void;
-  /** Reads the file's text (tests substitute it). Default `Deno.readTextFile`. */
-  readFile?: (path: string) => Promise<string>;
+  /**
+   * The largest file read, in bytes; a larger one is refused like a file that is not valid
+   * YAML. Default {@link DEFAULT_MAX_FILE_BYTES}.
+   */
+  maxBytes?: number;
+  /** Longest a parse may take, ms; then the reading fails. Default {@link DEFAULT_PARSE_TIMEOUT_MS}. */
+  parseTimeoutMs?: number;
+  /**
+   * Reads the file's bytes, refusing more than `maxBytes` with InputTooLargeError (tests
+   * substitute it). Default {@link readFileBounded}.
+   */
+  readFile?: (path: string, maxBytes: number) => Promise<Uint8Array>;
 }
 
 /**
@@ -54,15 +84,15 @@ interface Entry {
   readonly kind: ObjectKind;
   /** Canonical JSON: equal content, equal text. */
   readonly json: string;
-  /** The object's kind, apiVersion and name: what a later event's `previous` is. */
-  readonly identity: RawObject;
 }
 
 /**
  * A {@link Source} reading a cluster file (see {@link parseClusterFile} for its content).
  *
  * `start()` reads the file, emits an add per object, then `onSynced()` once; it throws
- * {@link ClusterFileError} when the file is missing, unreadable or not valid YAML. Afterwards the
+ * {@link ClusterFileError} when the file is missing, unreadable, larger than `maxBytes`, not
+ * valid YAML (aliases and nesting bounded) or not parsed within `parseTimeoutMs`; `stop()` ends
+ * it at once, whatever it is waiting for. Afterwards the
  * file's directory is watched (editors replace files by rename) and the file is polled every
  * `pollIntervalMs`; after ~100 ms of quiet the file is re-read and only differences are emitted:
  * an update for an object whose content changed (compared as canonical JSON, key order
@@ -86,12 +116,16 @@ export class FileSource implements Source {
   readonly #name: string;
   readonly #pollIntervalMs: number;
   readonly #log: (line: string) => void;
-  readonly #readFile: (path: string) => Promise<string>;
+  readonly #maxBytes: number;
+  readonly #parseTimeoutMs: number;
+  readonly #readFile: (path: string, maxBytes: number) => Promise<Uint8Array>;
+  /** Aborted by stop(): ends a parse in progress. */
+  readonly #abort = new AbortController();
 
   #handler?: SourceHandler;
   #state = new Map<string, Entry>();
   #lastSignature?: string;
-  #readProblem?: string;
+  #lastReadProblem?: string;
   #started = false;
   #stopped = false;
 
@@ -116,7 +150,9 @@ export class FileSource implements Source {
     this.#name = path.slice(slash + 1);
     this.#pollIntervalMs = pollIntervalMs;
     this.#log = options.log ?? ((line) => console.error(line));
-    this.#readFile = options.readFile ?? ((p) => Deno.readTextFile(p));
+    this.#maxBytes = options.maxBytes ?? DEFAULT_MAX_FILE_BYTES;
+    this.#parseTimeoutMs = options.parseTimeoutMs ?? DEFAULT_PARSE_TIMEOUT_MS;
+    this.#readFile = options.readFile ?? readFileBounded;
   }
 
   /** Reads the file, emits its objects and `onSynced()`, then starts watching for changes. */
@@ -124,32 +160,37 @@ export class FileSource implements Source {
     if (this.#started) throw new Error(`FileSource for ${this.#path} was already started`);
     this.#started = true;
     const signature = await this.#signature();
-    let text: string;
+    let bytes: Uint8Array;
     try {
-      text = await this.#readFile(this.#path);
+      bytes = await this.#readFile(this.#path, this.#maxBytes);
     } catch (error) {
-      throw new ClusterFileError(
-        `cannot read cluster file ${this.#path}: ${errorMessage(error)}`,
-        { file: this.#path, cause: error },
-      );
+      throw new ClusterFileError(this.#readProblem(error), { file: this.#path, cause: error });
     }
-    const parsed = parseClusterFile(text, { source: this.#path, keep: keepJson });
+    let parsed: ParsedClusterFile<string>;
+    try {
+      parsed = await this.#parse(bytes);
+    } catch (error) {
+      if (this.#stopped) return;
+      throw error;
+    }
     if (this.#stopped) return;
     this.#logSkipped(parsed.skipped);
     const { entries, changes } = reconcile(parsed.objects, new Map());
     this.#state = entries;
     this.#lastSignature = signature;
     this.#handler = handler;
-    emit(handler, changes);
+    await this.#emit(changes);
+    if (this.#stopped) return;
     handler.onSynced();
     this.#watch();
     // Catches a change made between the first stat and now, before the watcher was in place.
     this.#schedulePoll(0);
   }
 
-  /** Stops watching and polling; resolves once nothing is running. No events follow. */
+  /** Stops watching, polling and parsing; resolves once nothing is running. No events follow. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#abort.abort(new Error(`the file source for ${this.#path} was stopped`));
     clearTimeout(this.#debounceTimer);
     this.#debounceTimer = undefined;
     clearTimeout(this.#pollTimer);
@@ -253,18 +294,18 @@ export class FileSource implements Source {
 
   async #reload(): Promise<void> {
     const before = await this.#signature();
-    let text: string;
+    let bytes: Uint8Array;
     try {
-      text = await this.#readFile(this.#path);
+      bytes = await this.#readFile(this.#path, this.#maxBytes);
     } catch (error) {
       if (this.#stopped) return;
       this.#lastSignature = before;
       const problem = error instanceof Deno.errors.NotFound
         ? `cluster file ${this.#path} has disappeared`
-        : `cannot read cluster file ${this.#path}: ${errorMessage(error)}`;
-      if (problem !== this.#readProblem) {
+        : this.#readProblem(error);
+      if (problem !== this.#lastReadProblem) {
         this.#log(`${problem}; keeping the ${this.#state.size} objects read last`);
-        this.#readProblem = problem;
+        this.#lastReadProblem = problem;
       }
       return;
     }
@@ -276,22 +317,60 @@ export class FileSource implements Source {
       return;
     }
     this.#lastSignature = before;
-    if (this.#readProblem !== undefined) {
+    if (this.#lastReadProblem !== undefined) {
       this.#log(`cluster file ${this.#path} can be read again`);
-      this.#readProblem = undefined;
+      this.#lastReadProblem = undefined;
     }
     let parsed: ParsedClusterFile<string>;
     try {
-      parsed = parseClusterFile(text, { source: this.#path, keep: keepJson });
+      parsed = await this.#parse(bytes);
     } catch (error) {
+      if (this.#stopped) return;
       if (!(error instanceof ClusterFileError)) throw error;
       this.#log(`${error.message}; keeping the ${this.#state.size} objects read last`);
       return;
     }
+    if (this.#stopped) return;
     this.#logSkipped(parsed.skipped);
     const { entries, changes } = reconcile(parsed.objects, this.#state);
     this.#state = entries;
-    if (this.#handler !== undefined) emit(this.#handler, changes);
+    await this.#emit(changes);
+  }
+
+  #parse(bytes: Uint8Array): Promise<ParsedClusterFile<string>> {
+    return parseClusterBytes(bytes, {
+      source: this.#path,
+      timeoutMs: this.#parseTimeoutMs,
+      signal: this.#abort.signal,
+      warn: this.#log,
+    });
+  }
+
+  /** Emits `changes` in slices, so a large reading never holds the event loop; stops with the source. */
+  async #emit(changes: readonly Change[]): Promise<void> {
+    const handler = this.#handler;
+    if (handler === undefined) return;
+    const slices = new Slices(DEFAULT_SLICE_MS);
+    for (const change of changes) {
+      if (this.#stopped) return;
+      const { kind, json } = change;
+      const current = json === undefined ? undefined : JSON.parse(json) as RawObject;
+      const previous = change.previous === undefined ? undefined : identity(kind, change.previous);
+      handler.onEvent(previous === undefined ? { kind, current } : { kind, previous, current });
+      await slices.pause();
+    }
+  }
+
+  /** Why the file could not be read, as one line naming it. */
+  #readProblem(error: unknown): string {
+    if (error instanceof InputTooLargeError) {
+      return `cannot read cluster file ${this.#path}: larger than ${formatBytes(error.limit)}, ` +
+        "the most a cluster file may hold";
+    }
+    if (error instanceof Deno.errors.NotFound) {
+      return `cannot read cluster file ${this.#path}: no such file`;
+    }
+    return `cannot read cluster file ${this.#path}: ${errorMessage(error)}`;
   }
 
   /** Identifies the file's current version cheaply: inode, size and times, or why it has none. */
@@ -305,7 +384,10 @@ export class FileSource implements Source {
   }
 
   #logSkipped(skipped: readonly string[]): void {
-    for (const line of skipped) this.#log(`${this.#path}: ${line}`);
+    for (const line of skipped.slice(0, MAX_SKIPPED_LINES)) this.#log(`${this.#path}: ${line}`);
+    if (skipped.length > MAX_SKIPPED_LINES) {
+      this.#log(`${this.#path}: skipping ${skipped.length - MAX_SKIPPED_LINES} more documents`);
+    }
   }
 }
 
@@ -326,11 +408,11 @@ function reconcile(
       entries.set(key, old);
       continue;
     }
-    entries.set(key, { kind, json, identity: identity(kind, JSON.parse(json) as RawObject) });
-    changes.push({ kind, previous: old?.identity, json });
+    entries.set(key, { kind, json });
+    changes.push({ kind, previous: old?.json, json });
   }
   for (const [key, old] of previous) {
-    if (!objects.has(key)) changes.push({ kind: old.kind, previous: old.identity });
+    if (!objects.has(key)) changes.push({ kind: old.kind, previous: old.json });
   }
   return { entries, changes };
 }
@@ -341,20 +423,15 @@ function reconcile(
  */
 interface Change {
   readonly kind: ObjectKind;
-  readonly previous?: RawObject;
+  /** The old content, absent for an add. */
+  readonly previous?: string;
   /** The new content, absent for a delete. */
   readonly json?: string;
 }
 
-function emit(handler: SourceHandler, changes: readonly Change[]): void {
-  for (const { kind, previous, json } of changes) {
-    const current = json === undefined ? undefined : JSON.parse(json) as RawObject;
-    handler.onEvent(previous === undefined ? { kind, current } : { kind, previous, current });
-  }
-}
-
 /** What a later event's `previous` carries of an object: its kind, apiVersion and name. */
-function identity(kind: ObjectKind, object: RawObject): RawObject {
+function identity(kind: ObjectKind, json: string): RawObject {
+  const object = JSON.parse(json) as RawObject;
   const metadata = isRecord(object.metadata) ? object.metadata : {};
   const { namespace, name } = metadata;
   return {
@@ -362,20 +439,6 @@ function identity(kind: ObjectKind, object: RawObject): RawObject {
     apiVersion: object.apiVersion,
     metadata: namespace === undefined ? { name } : { namespace, name },
   };
-}
-
-/** What a reading keeps of each object: its canonical JSON. */
-function keepJson(_kind: ObjectKind, object: RawObject): string {
-  return canonicalJson(object);
-}
-
-/** JSON with every object's keys sorted, so equal content gives equal text. */
-function canonicalJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) => {
-    if (!isRecord(v)) return v;
-    // fromEntries defines own properties, so a "__proto__" key stays data.
-    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]));
-  });
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { readFileBounded } from "../bounded_read.ts";
+import { parseClusterBytes } from "./cluster_file_parse.ts";
 import type { ObjectEvent, SourceHandler } from "./events.ts";
 import {
   ClusterFileError,
@@ -139,10 +141,10 @@ async function startSource(path: string, options: FileSourceOptions = {}): Promi
   const source = new FileSource(path, {
     pollIntervalMs: 60_000,
     log: (line) => logs.push(line),
-    readFile: async (p) => {
-      const text = await Deno.readTextFile(p);
+    readFile: async (p, maxBytes) => {
+      const bytes = await readFileBounded(p, maxBytes);
       reads++;
-      return text;
+      return bytes;
     },
     ...options,
   });
@@ -647,13 +649,13 @@ Deno.test("FileSource.stop() ends events, also for a change already being read",
     const source = new FileSource(path, {
       pollIntervalMs: 60_000,
       log: () => {},
-      readFile: async (p) => {
+      readFile: async (p, maxBytes) => {
         reads++;
         if (reads === 2) {
           reading();
           await new Promise<void>((resolve) => release = resolve);
         }
-        return await Deno.readTextFile(p);
+        return await readFileBounded(p, maxBytes);
       },
     });
     await source.start({ onEvent: (e) => events.push(e), onSynced: () => {} });
@@ -674,4 +676,191 @@ Deno.test("FileSource.stop() ends events, also for a change already being read",
 
 Deno.test("FileSource rejects a pollIntervalMs that is not positive", () => {
   assert.throws(() => new FileSource("x.yaml", { pollIntervalMs: 0 }), RangeError);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Hostile and huge files
+
+/** The issue's alias bomb: nine levels, each repeating the one before ten times. */
+function aliasBomb(): string {
+  const levels = [`    l0: &l0 [${Array(10).fill("lol").join(", ")}]`];
+  for (let i = 1; i < 9; i++) levels.push(`    l${i}: &l${i} [${Array(10).fill(`*l${i - 1}`)}]`);
+  return `apiVersion: v1\nkind: Service\nmetadata:\n  name: bomb\n  annotations:\n${
+    levels.join("\n")
+  }\n`;
+}
+
+/** `n` Services and their EndpointSlices as a cluster file (JSON documents, ~1 KB each). */
+function largeCluster(n: number): string {
+  const documents: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const ip = `10.${96 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`;
+    documents.push(JSON.stringify(
+      {
+        apiVersion: "v1",
+        kind: "Service",
+        metadata: { namespace: "default", name: `svc-${i}`, labels: { app: `app-${i}` } },
+        spec: { clusterIP: ip, clusterIPs: [ip], ports: [{ port: 80, protocol: "TCP" }] },
+      },
+      null,
+      1,
+    ));
+    documents.push(JSON.stringify(
+      {
+        apiVersion: "discovery.k8s.io/v1",
+        kind: "EndpointSlice",
+        metadata: {
+          namespace: "default",
+          name: `svc-${i}-1`,
+          labels: { "kubernetes.io/service-name": `svc-${i}` },
+        },
+        addressType: "IPv4",
+        endpoints: [1, 2, 3].map((k) => ({
+          addresses: [`10.244.${k}.${i & 255}`],
+          conditions: { ready: true },
+        })),
+        ports: [{ port: 8080, protocol: "TCP" }],
+      },
+      null,
+      1,
+    ));
+  }
+  return documents.join("\n---\n") + "\n";
+}
+
+/**
+ * Records the event loop's longest stall: a 10 ms timer that notes how late it fires.
+ * `stop()` returns the worst lateness in ms.
+ */
+function stallProbe(): { stop(): number } {
+  let last = performance.now();
+  let worst = 0;
+  const timer = setInterval(() => {
+    const now = performance.now();
+    worst = Math.max(worst, now - last - 10);
+    last = now;
+  }, 10);
+  return {
+    stop() {
+      clearInterval(timer);
+      return Math.max(worst, performance.now() - last - 10);
+    },
+  };
+}
+
+Deno.test("FileSource.start() refuses the alias bomb within 2 s with one line naming it", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/bomb.yaml`;
+    await Deno.writeTextFile(path, aliasBomb());
+    // Under deno test a worker's module is type-checked the first time it starts.
+    await parseClusterBytes(new Uint8Array(), { source: "", timeoutMs: 60_000, warn: () => {} });
+    const source = new FileSource(path, { log: () => {} });
+    const started = performance.now();
+    await assert.rejects(
+      source.start({ onEvent: () => {}, onSynced: () => {} }),
+      (e: unknown) =>
+        e instanceof ClusterFileError &&
+        e.message === `cannot parse cluster file ${path}: line 9, column 42: aliases expand to ` +
+            "more than 10000 values, the limit for a file of this size; write the values out " +
+            "instead",
+    );
+    assert.ok(performance.now() - started < 2000);
+    await source.stop();
+  });
+});
+
+Deno.test("FileSource.start() refuses a file larger than maxBytes, naming the limit", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, stream(service("web", 80), service("api", 90)));
+    const source = new FileSource(path, { log: () => {}, maxBytes: 100 });
+    await assert.rejects(
+      source.start({ onEvent: () => {}, onSynced: () => {} }),
+      (e: unknown) =>
+        e instanceof ClusterFileError &&
+        e.message === `cannot read cluster file ${path}: larger than 100 bytes, the most a ` +
+            "cluster file may hold",
+    );
+    await source.stop();
+  });
+});
+
+Deno.test("FileSource.start() gives up on a parse that takes longer than parseTimeoutMs", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, largeCluster(2000));
+    const source = new FileSource(path, { log: () => {}, parseTimeoutMs: 1 });
+    await assert.rejects(
+      source.start({ onEvent: () => {}, onSynced: () => {} }),
+      (e: unknown) =>
+        e instanceof ClusterFileError &&
+        e.message === `cannot parse cluster file ${path}: not done after 0.001 s`,
+    );
+    await source.stop();
+  });
+});
+
+Deno.test("FileSource.stop() ends a start that is still parsing, at once", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, largeCluster(5000));
+    const events: ObjectEvent[] = [];
+    const source = new FileSource(path, { log: () => {} });
+    const starting = source.start({ onEvent: (e) => events.push(e), onSynced: () => {} });
+    await sleep(50);
+    const stopping = performance.now();
+    await source.stop();
+    await starting;
+    assert.ok(performance.now() - stopping < 500, "stop() waits for no parse");
+    assert.deepEqual(events, []);
+  });
+});
+
+Deno.test("FileSource keeps its objects and the event loop free while a hostile file is re-read", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, service("web", 80));
+    const h = await startSource(path, { pollIntervalMs: 50, maxBytes: 1 << 20 });
+    try {
+      h.events.length = 0;
+      const probe = stallProbe();
+      const hostile = [
+        aliasBomb(),
+        `${service("deep", 80)}  annotations: {a: ${"[".repeat(150)}${"]".repeat(150)}}\n`,
+        "a:\n b: 1\n  c: 2\n",
+        "x".repeat((1 << 20) + 1),
+      ];
+      for (const [i, text] of hostile.entries()) {
+        await replaceByRename(path, text);
+        await waitFor(`the warning about hostile file ${i + 1}`, () => h.logs.length > i);
+      }
+      assert.ok(probe.stop() < 1000, "the event loop never stalls for 1 s");
+      assert.deepEqual(h.events, [], "the objects read last stay");
+      assert.equal(h.logs.length, hostile.length, h.logs.join("\n"));
+      for (const line of h.logs) assert.match(line, /objects read last$/);
+      await replaceByRename(path, service("api", 90));
+      await waitFor("the next good file", () => h.events.length === 2);
+      assert.deepEqual(h.events.map(summary), [
+        "add Service default/api",
+        "delete Service default/web",
+      ]);
+    } finally {
+      await h.source.stop();
+    }
+  });
+});
+
+Deno.test("FileSource takes in 20,000 objects without stalling the event loop for 1 s", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/cluster.yaml`;
+    await Deno.writeTextFile(path, largeCluster(10_000));
+    let events = 0;
+    const probe = stallProbe();
+    const source = new FileSource(path, { log: () => {} });
+    await source.start({ onEvent: () => events++, onSynced: () => {} });
+    const worst = probe.stop();
+    await source.stop();
+    assert.equal(events, 20_000);
+    assert.ok(worst < 1000, `the event loop stalled for ${Math.round(worst)} ms`);
+  });
 });

@@ -35,11 +35,13 @@ import {
   isRecord,
   readLines,
   readText,
+  ResponseTooLargeError,
   sleep,
   statusError,
 } from "./api_http.ts";
-
+import { Slices } from "./slices.ts";
 import {
+  BadWatchEventError,
   initialEventsEnd,
   parseWatchEvent,
   relistEvents,
@@ -50,6 +52,18 @@ import {
 } from "./watch_events.ts";
 
 export { ApiStatusError, Backoff, IdleTimeoutError, relistEvents, remembered };
+
+/**
+ * The largest watch event read by default: 16 MiB, ten times the largest object etcd stores
+ * (1.5 MiB). A larger one ends the watch, which lists again.
+ */
+export const DEFAULT_MAX_EVENT_BYTES = 16 * 2 ** 20;
+
+/**
+ * The largest LIST answer read by default: 256 MiB, several times the Services or the
+ * EndpointSlices of the largest cluster Kubernetes supports (10k Services, 150k Pods).
+ */
+export const DEFAULT_MAX_LIST_BYTES = 256 * 2 ** 20;
 
 /** What a reflector watches and how it behaves. */
 export interface ReflectorOptions {
@@ -81,6 +95,8 @@ export interface ReflectorOptions {
   onListed(): void;
   /** Where log lines go. */
   log(line: string): void;
+  /** Told why, each time a request failed and will be retried (the line also logged). */
+  onRetry?(problem: string): void;
   /** A request or watch with no byte (LIST) or event (WATCH) for this long is aborted. */
   idleTimeoutMs: number;
   /** Retry delays: first `initialMs`, doubling up to `maxMs`, jittered. */
@@ -93,6 +109,10 @@ export interface ReflectorOptions {
   pageSize: number;
   /** Try the streaming watch-list for the initial state first. Default true. */
   watchList?: boolean;
+  /** The largest watch event read, bytes. Default {@link DEFAULT_MAX_EVENT_BYTES}. */
+  maxEventBytes?: number;
+  /** The largest LIST answer read, bytes. Default {@link DEFAULT_MAX_LIST_BYTES}. */
+  maxListBytes?: number;
   /** Aborting it stops the reflector. */
   signal: AbortSignal;
 }
@@ -184,10 +204,31 @@ export class Reflector {
           if (again) await sleep(this.#backoff.next(), signal);
           continue;
         }
+        if (
+          error instanceof ApiStatusError && error.status === 400 && phase === "list" &&
+          !this.#lastSyncRVUnavailable && this.#lastSyncRV !== undefined
+        ) {
+          // A version the server cannot read (a bookmark it sent, garbled): read consistently.
+          this.#o.log(
+            `${kind} list at resourceVersion ${this.#lastSyncRV} refused (${error.message}); ` +
+              "reading consistently",
+          );
+          this.#lastSyncRVUnavailable = true;
+          continue;
+        }
         if (error instanceof ApiStatusError && error.status === 404) this.#rv = undefined;
+        // A version the server cannot watch from will not become readable: list instead.
+        if (error instanceof ApiStatusError && error.status === 400 && phase === "watch") {
+          this.#rv = undefined;
+        }
+        // Watching again from the same version would meet the same event: list instead, which
+        // takes the objects one by one.
+        if (phase === "watch" && isUnreadable(error)) this.#rv = undefined;
         if (phase !== "watch" && this.#o.optional) this.#o.onListed();
         const delayMs = this.#backoff.next();
-        this.#o.log(`cannot ${phase} ${kind}s: ${errorMessage(error)}; retrying in ${delayMs} ms`);
+        const problem = `cannot ${phase} ${kind}s: ${errorMessage(error)}`;
+        this.#o.onRetry?.(problem);
+        this.#o.log(`${problem}; retrying in ${delayMs} ms`);
         await sleep(delayMs, signal);
       }
     }
@@ -209,7 +250,14 @@ export class Reflector {
       });
       const page = await this.#request(query, async (response): Promise<Page> => {
         if (!response.ok) return { error: await statusError(response) };
-        return { body: JSON.parse(await readText(response, this.#kick)) as unknown };
+        const text = await readText(response, this.#kick, { maxBytes: this.#maxListBytes });
+        try {
+          return { body: JSON.parse(text) as unknown };
+        } catch (error) {
+          throw new Error(`LIST ${this.#o.path} answered with text that is not JSON`, {
+            cause: error,
+          });
+        }
       });
       if ("error" in page) {
         const { status } = page.error;
@@ -221,7 +269,7 @@ export class Reflector {
             );
           }
           this.#absent = true;
-          this.#replace(new Map(), undefined);
+          await this.#replace(new Map(), undefined);
           return false;
         }
         if (status === 410 && token !== "") {
@@ -251,7 +299,8 @@ export class Reflector {
     }
     const next = new Map<string, RawObject>();
     for (const item of items) {
-      const object = this.#typed(item);
+      const object = this.#typed(item, "listed");
+      if (object === undefined) continue;
       const key = objectKey(this.#o.kind, object);
       if (key === undefined) {
         this.#o.log(`skipping a listed ${this.#o.kind} without a name or namespace`);
@@ -259,7 +308,7 @@ export class Reflector {
       }
       next.set(key, object);
     }
-    this.#replace(next, resourceVersion);
+    await this.#replace(next, resourceVersion);
     this.#lastSyncRVUnavailable = false;
     this.#absent = false;
     return true;
@@ -293,7 +342,8 @@ export class Reflector {
     try {
       return await this.#request(query, async (response) => {
         if (!response.ok) return fallBack((await statusError(response)).message);
-        for await (const line of readLines(response.body!)) {
+        const maxLineBytes = this.#maxEventBytes;
+        for await (const line of readLines(response.body!, { maxLineBytes })) {
           if (line.trim() === "") continue;
           this.#kick();
           if (complete) {
@@ -306,7 +356,7 @@ export class Reflector {
           if (event.type === "BOOKMARK") {
             if (!initialEventsEnd(event.object) || rv === undefined) continue;
             complete = true;
-            this.#replace(initial, rv);
+            await this.#replace(initial, rv);
             this.#lastSyncRVUnavailable = false;
             this.#absent = false;
             this.#backoff.reset();
@@ -316,7 +366,8 @@ export class Reflector {
           if (event.type !== "ADDED") {
             return fallBack(`a ${event.type} event before the list ended`);
           }
-          const typed = this.#typed(event.object);
+          const typed = this.#typed(event.object, "listed");
+          if (typed === undefined) continue;
           const key = objectKey(this.#o.kind, typed);
           if (key === undefined) {
             this.#o.log(`skipping a listed ${this.#o.kind} without a name or namespace`);
@@ -327,19 +378,27 @@ export class Reflector {
     } catch (error) {
       // Once listed, errors are a watch's; before, only a server that answered but never ended
       // its initial events (an idle stream, a bad event) means it does not speak watch-list.
-      const answered = error instanceof IdleTimeoutError ||
-        (error instanceof Error && error.message.startsWith("the watch sent"));
+      const answered = error instanceof IdleTimeoutError || isUnreadable(error);
       if (complete || this.#o.signal.aborted || !answered) throw error;
       return fallBack(errorMessage(error));
     }
   }
 
-  #replace(next: Map<string, RawObject>, resourceVersion: string | undefined): void {
+  /**
+   * Takes a complete list in: the store becomes `next`, and the events that lead there are
+   * emitted in slices, so that a list of 50,000 objects never holds the event loop.
+   */
+  async #replace(next: Map<string, RawObject>, resourceVersion: string | undefined): Promise<void> {
     const events = relistEvents(this.#o.kind, this.#store, next);
     this.#store = new Map([...next].map(([key, object]) => [key, remembered(object)]));
     this.#rv = resourceVersion;
     if (resourceVersion !== undefined) this.#lastSyncRV = resourceVersion;
-    for (const event of events) this.#emit(event);
+    const slices = new Slices();
+    for (const event of events) {
+      if (this.#o.signal.aborted) return;
+      this.#emit(event);
+      await slices.pause();
+    }
   }
 
   /** One WATCH from {@link #rv}, until the server ends it; throws on anything else. */
@@ -356,7 +415,8 @@ export class Reflector {
     const received = await this.#request(query, async (response) => {
       if (!response.ok) throw await statusError(response);
       let count = 0;
-      for await (const line of readLines(response.body!)) {
+      const maxLineBytes = this.#maxEventBytes;
+      for await (const line of readLines(response.body!, { maxLineBytes })) {
         if (line.trim() === "") continue;
         this.#kick();
         this.#handleWatchEvent(line);
@@ -379,7 +439,8 @@ export class Reflector {
       this.#o.log(`ignoring a ${this.#o.kind} watch event of unknown type ${String(type)}`);
       return;
     }
-    const typed = this.#typed(object);
+    const typed = this.#typed(object, "watched");
+    if (typed === undefined) return;
     const key = objectKey(this.#o.kind, typed);
     if (key === undefined) {
       this.#o.log(`skipping a watched ${this.#o.kind} without a name or namespace`);
@@ -449,10 +510,28 @@ export class Reflector {
     return query.toString();
   }
 
-  /** The object with `kind` and `apiVersion` set (LIST items come without them). */
-  #typed(object: RawObject): RawObject {
+  /**
+   * The object with `kind` and `apiVersion` set (LIST items come without them); undefined,
+   * with a log line, for an object that says it is of another kind.
+   */
+  #typed(object: RawObject, how: "listed" | "watched"): RawObject | undefined {
     if (object.kind === this.#o.kind && typeof object.apiVersion === "string") return object;
+    if (object.kind !== undefined && object.kind !== null && object.kind !== "") {
+      const kind = typeof object.kind === "string" ? object.kind : JSON.stringify(object.kind);
+      this.#o.log(
+        `skipping a ${how} object of kind ${kind.slice(0, 100)} among ${this.#o.kind}s`,
+      );
+      return undefined;
+    }
     return { ...object, kind: this.#o.kind, apiVersion: this.#o.apiVersion };
+  }
+
+  get #maxEventBytes(): number {
+    return this.#o.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
+  }
+
+  get #maxListBytes(): number {
+    return this.#o.maxListBytes ?? DEFAULT_MAX_LIST_BYTES;
   }
 
   #emit(event: ObjectEvent): void {
@@ -466,3 +545,8 @@ export class Reflector {
 
 /** One LIST page, or the error the server answered with instead. */
 type Page = { error: ApiStatusError } | { body: unknown };
+
+/** A watch sent what cannot be read: not an event, or too large. */
+function isUnreadable(error: unknown): boolean {
+  return error instanceof BadWatchEventError || error instanceof ResponseTooLargeError;
+}

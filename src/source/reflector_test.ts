@@ -56,7 +56,7 @@ Deno.test("relistEvents() compares content when objects carry no resourceVersion
 
 /** A reflector over a scripted `get`: each request is answered by the next matching reply. */
 function scripted(
-  replies: ((path: string) => Response | undefined)[],
+  replies: ((path: string, signal: AbortSignal) => Response | undefined)[],
   overrides: Partial<ReflectorOptions> = {},
 ) {
   const abort = new AbortController();
@@ -70,7 +70,7 @@ function scripted(
     path: "/api/v1/services",
     get: (path, signal) => {
       paths.push(path);
-      const reply = replies.shift()?.(path);
+      const reply = replies.shift()?.(path, signal);
       if (reply !== undefined) return Promise.resolve(reply);
       // Nothing scripted: hang like an idle server until aborted.
       return new Promise((_, reject) => {
@@ -324,6 +324,213 @@ Deno.test("Reflector remembers each object's kind, name and version, not the who
       apiVersion: "v1",
       metadata: { namespace: "default", name: "a", resourceVersion: "4" },
     });
+  } finally {
+    await r.stop();
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// What a broken or hostile server sends
+
+/**
+ * A body that sends `text` a byte at a time, one every `everyMs`, then ends (or sends spaces
+ * for ever, with `endless`); aborting `signal` errors it, as it does a fetch's body.
+ */
+function dribble(
+  text: string,
+  everyMs: number,
+  options: { endless?: boolean; signal?: AbortSignal } = {},
+): Response {
+  const bytes = new TextEncoder().encode(text);
+  let i = 0;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return new Response(
+    new ReadableStream<Uint8Array>({
+      start(controller) {
+        options.signal?.addEventListener("abort", () => {
+          clearTimeout(timer);
+          controller.error(options.signal!.reason);
+        }, { once: true });
+      },
+      pull(controller) {
+        return new Promise((resolve) => {
+          timer = setTimeout(() => {
+            if (i < bytes.length) controller.enqueue(bytes.subarray(i, ++i));
+            else if (options.endless) controller.enqueue(new Uint8Array([0x20]));
+            else controller.close();
+            resolve();
+          }, everyMs);
+        });
+      },
+      cancel() {
+        clearTimeout(timer);
+      },
+    }),
+  );
+}
+
+const listOf = (rv: string, ...items: unknown[]) =>
+  json({ metadata: { resourceVersion: rv }, items });
+
+Deno.test("Reflector lists again after a watch line that is not JSON, losing no other object", async () => {
+  const r = scripted([
+    () => listOf("3", listItem("a", "1"), listItem("b", "2")),
+    () => new Response('{"type":"MODIFIED","object":{"metadata":\n'),
+    () => listOf("5", listItem("a", "4"), listItem("b", "2")),
+  ]);
+  try {
+    await waitFor("the relist", () => r.listed() === 2);
+    assert.match(
+      r.logs[0],
+      /^cannot watch Services: the watch sent a line that is not JSON: "\{\\"type\\":\\"MODIFIED\\",\\"object\\":\{\\"metadata\\":"; retrying in \d+ ms$/,
+    );
+    assert.equal(r.logs.length, 1, "logged once");
+    assert.deepEqual(r.events.map(summary), ["add a", "add b", "update a"]);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector ends a watch event larger than maxEventBytes without holding it, and lists again", async () => {
+  const huge = JSON.stringify({
+    type: "ADDED",
+    object: { metadata: { namespace: "default", name: "x", annotations: { a: "x".repeat(5000) } } },
+  });
+  const r = scripted([
+    () => listOf("3", listItem("a", "1")),
+    () => new Response(`${huge}\n`),
+    () => listOf("4", listItem("a", "1"), listItem("b", "4")),
+  ], { maxEventBytes: 1000 });
+  try {
+    await waitFor("the relist", () => r.listed() === 2);
+    assert.match(
+      r.logs[0],
+      /^cannot watch Services: the server sent a line larger than 1000 bytes; retrying in/,
+    );
+    assert.deepEqual(r.events.map(summary), ["add a", "add b"]);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector skips objects of the wrong kind, listed or watched, and keeps the others", async () => {
+  const pod = { kind: "Pod", apiVersion: "v1", ...listItem("p", "2") };
+  const r = scripted([
+    () => listOf("3", listItem("a", "1"), pod),
+    () => stream({ type: "ADDED", object: pod }, { type: "ADDED", object: svc("b", "4") }),
+  ]);
+  try {
+    await waitFor("the watched Service", () => r.events.length === 2);
+    assert.deepEqual(r.events.map(summary), ["add a", "add b"]);
+    assert.deepEqual(r.logs.slice(0, 2), [
+      "skipping a listed object of kind Pod among Services",
+      "skipping a watched object of kind Pod among Services",
+    ]);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector retries a truncated or oversized LIST answer with backoff", async () => {
+  const r = scripted([
+    () => new Response('{"metadata":{"resourceVersion":"3"},"items":[{"metad'),
+    () => listOf("3", listItem("a", "1"), listItem("b", "x".repeat(2000))),
+    () => listOf("3", listItem("a", "1")),
+  ], { maxListBytes: 1000 });
+  try {
+    await waitFor("the list", () => r.listed() === 1);
+    assert.match(
+      r.logs[0],
+      /^cannot list Services: LIST \/api\/v1\/services answered with text that is not JSON/,
+    );
+    assert.match(
+      r.logs[1],
+      /^cannot list Services: the server sent an answer larger than 1000 bytes/,
+    );
+    assert.deepEqual(r.events.map(summary), ["add a"]);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector gives up on a LIST that dribbles in a byte at a time, after the idle timeout", async () => {
+  const r = scripted([
+    (_, signal) =>
+      dribble('{"metadata":{"resourceVersion":"3"},"items":[', 5, { endless: true, signal }),
+    () => listOf("3", listItem("a", "1")),
+  ], { idleTimeoutMs: 300 });
+  try {
+    await waitFor("the second list", () => r.listed() === 1, 3000);
+    assert.match(r.logs[0], /^cannot list Services: nothing received for 300 ms/);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector reads watch events that arrive a byte at a time", async () => {
+  const events = [{ type: "ADDED", object: listItem("b", "4") }, {
+    type: "MODIFIED",
+    object: listItem("a", "5"),
+  }];
+  const r = scripted([
+    () => listOf("3", listItem("a", "1")),
+    () => dribble(events.map((e) => JSON.stringify(e) + "\n").join(""), 0),
+  ]);
+  try {
+    await waitFor("both watched events", () => r.events.length === 3);
+    assert.deepEqual(r.events.map(summary), ["add a", "add b", "update a"]);
+    assert.equal(r.reflector.resourceVersion, "5");
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector takes in a 20,000-object watch-list without stalling the event loop for 1 s", async () => {
+  const lines: string[] = [];
+  for (let i = 0; i < 20_000; i++) {
+    const object = {
+      ...svc(`s${i}`, String(i + 1)),
+      spec: { clusterIP: "10.96.0.1", ports: [{ port: 80 }], selector: { app: `a${i}` } },
+    };
+    lines.push(JSON.stringify({ type: "ADDED", object }));
+  }
+  lines.push(JSON.stringify(initialEventsEnd("20001")));
+  const body = new TextEncoder().encode(lines.join("\n") + "\n");
+  let worst = 0;
+  let last = performance.now();
+  const probe = setInterval(() => {
+    const now = performance.now();
+    worst = Math.max(worst, now - last - 10);
+    last = now;
+  }, 10);
+  // The whole list arrives at once: the reflector alone decides how long it holds the loop.
+  const r = scripted([() => new Response(body)], { watchList: true });
+  try {
+    await waitFor("the initial events", () => r.listed() === 1, 30_000);
+    assert.equal(r.events.length, 20_000);
+  } finally {
+    clearInterval(probe);
+    await r.stop();
+  }
+  assert.ok(worst < 1000, `the event loop stalled for ${Math.round(worst)} ms`);
+});
+
+Deno.test("Reflector lists again, consistently, after a bookmark with a version the server refuses", async () => {
+  const refused = { kind: "Status", code: 400, reason: "BadRequest", message: "invalid rv" };
+  const r = scripted([
+    () => listOf("3", listItem("a", "1")),
+    () =>
+      stream({ type: "BOOKMARK", object: { kind: "Service", metadata: { resourceVersion: "x" } } }),
+    () => json(refused, 400),
+    () => json(refused, 400),
+    () => listOf("5", listItem("a", "1"), listItem("b", "4")),
+  ]);
+  try {
+    await waitFor("the consistent list", () => r.listed() === 2);
+    assert.match(r.paths[2], /watch=1&allowWatchBookmarks=true&resourceVersion=x&/);
+    assert.equal(r.paths[3], "/api/v1/services?resourceVersion=x");
+    assert.equal(r.paths[4], "/api/v1/services?limit=2");
+    assert.deepEqual(r.events.map(summary), ["add a", "add b"]);
   } finally {
     await r.stop();
   }

@@ -67,17 +67,32 @@ export interface WatchEvent {
   readonly object: RawObject;
 }
 
+/** A watch sent something that is not a watch event: not JSON, or without an object. */
+export class BadWatchEventError extends Error {
+  /** Always `"BadWatchEventError"`. */
+  override name = "BadWatchEventError";
+}
+
+/**
+ * One watch event, checked for shape only; throws {@link BadWatchEventError} (quoting at most
+ * 100 characters of the line) for anything else.
+ */
 export function parseWatchEvent(line: string): WatchEvent {
   let event: unknown;
   try {
     event = JSON.parse(line);
   } catch {
-    throw new Error(`the watch sent a line that is not JSON: ${line.slice(0, 100)}`);
+    throw new BadWatchEventError(`the watch sent a line that is not JSON: ${quote(line)}`);
   }
   if (!isRecord(event) || !isRecord(event.object)) {
-    throw new Error(`the watch sent an event without an object: ${line.slice(0, 100)}`);
+    throw new BadWatchEventError(`the watch sent an event without an object: ${quote(line)}`);
   }
   return { type: event.type, object: event.object };
+}
+
+/** At most 100 characters of `line`, as JSON (so control characters stay on one line). */
+function quote(line: string): string {
+  return JSON.stringify(line.length > 100 ? `${line.slice(0, 100)}…` : line);
 }
 
 /** The error a watch `ERROR` event's Status stands for. */

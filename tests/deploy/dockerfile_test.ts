@@ -47,6 +47,11 @@ Deno.test("Dockerfile's build stage asks deno compile for main.ts with every per
   assert.match(compile, /deno compile (?:.* )?(?:--allow-all|-A) /);
   assert.match(compile, / --frozen /, "the lockfile must decide the npm versions");
   assert.match(compile, / --output \/kube-nftproxy main\.ts/);
+  assert.match(
+    compile,
+    / --include src\/source\/cluster_file_worker\.ts /,
+    "the cluster file parser's worker module must be embedded",
+  );
   assert.match(compile, /&& \/kube-nftproxy --version/, "the binary is run once in the build");
 });
 
