@@ -202,3 +202,46 @@ export function errorMessage(error: unknown): string {
   const cause = error.cause instanceof Error ? `: ${error.cause.message}` : "";
   return `${error.message}${cause}`;
 }
+
+/**
+ * Sends a GET for `path` through `get` and hands the response to `consume`, aborting both when
+ * nothing arrives for `idleTimeoutMs` (`consume` calls `kick` on every sign of progress) or when
+ * `signal` aborts; an idle abort is thrown as {@link IdleTimeoutError}. The body is released
+ * when `consume` stops early.
+ */
+export async function watchedRequest<T>(
+  get: (path: string, signal: AbortSignal) => Promise<Response>,
+  path: string,
+  options: { readonly idleTimeoutMs: number; readonly signal: AbortSignal },
+  consume: (response: Response, kick: () => void) => Promise<T>,
+): Promise<T> {
+  const { idleTimeoutMs, signal } = options;
+  const controller = new AbortController();
+  const stop = () => controller.abort(signal.reason);
+  signal.addEventListener("abort", stop, { once: true });
+  let idle = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const kick = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      idle = true;
+      controller.abort(new IdleTimeoutError(`nothing received for ${idleTimeoutMs} ms`));
+    }, idleTimeoutMs);
+  };
+  kick();
+  try {
+    const response = await get(path, controller.signal);
+    kick();
+    try {
+      return await consume(response, kick);
+    } finally {
+      await response.body?.cancel().catch(() => {});
+    }
+  } catch (error) {
+    if (idle) throw new IdleTimeoutError(`nothing received for ${idleTimeoutMs} ms`);
+    throw error;
+  } finally {
+    clearTimeout(timer);
+    signal.removeEventListener("abort", stop);
+  }
+}

@@ -25,7 +25,7 @@
  * @module
  */
 
-import type { ObjectEvent, ObjectKind, RawObject } from "./events.ts";
+import type { ObjectEvent, RawObject } from "./events.ts";
 import { objectKey } from "./object_key.ts";
 import {
   ApiStatusError,
@@ -38,7 +38,13 @@ import {
   ResponseTooLargeError,
   sleep,
   statusError,
+  watchedRequest,
 } from "./api_http.ts";
+import {
+  DEFAULT_MAX_EVENT_BYTES,
+  DEFAULT_MAX_LIST_BYTES,
+  type ReflectorOptions,
+} from "./reflector_options.ts";
 import { Slices } from "./slices.ts";
 import {
   BadWatchEventError,
@@ -52,70 +58,7 @@ import {
 } from "./watch_events.ts";
 
 export { ApiStatusError, Backoff, IdleTimeoutError, relistEvents, remembered };
-
-/**
- * The largest watch event read by default: 16 MiB, ten times the largest object etcd stores
- * (1.5 MiB). A larger one ends the watch, which lists again.
- */
-export const DEFAULT_MAX_EVENT_BYTES = 16 * 2 ** 20;
-
-/**
- * The largest LIST answer read by default: 256 MiB, several times the Services or the
- * EndpointSlices of the largest cluster Kubernetes supports (10k Services, 150k Pods).
- */
-export const DEFAULT_MAX_LIST_BYTES = 256 * 2 ** 20;
-
-/** What a reflector watches and how it behaves. */
-export interface ReflectorOptions {
-  /** The kind of object listed and watched. */
-  kind: ObjectKind;
-  /** `apiVersion` put on list items, which the API sends without one. */
-  apiVersion: string;
-  /** The collection path, e.g. `/api/v1/services`. */
-  path: string;
-  /** `labelSelector` sent with every LIST and WATCH. Default none. */
-  labelSelector?: string;
-  /** `fieldSelector` sent with every LIST and WATCH. Default none. */
-  fieldSelector?: string;
-  /**
-   * The resource may not exist on the server (ServiceCIDR on clusters before 1.33): a 404 or
-   * 403 on LIST then means "no such objects"; the LIST is retried every `absentRetryMs`. A LIST
-   * of an optional resource that fails otherwise still calls `onListed()` (so it never holds
-   * up the initial sync) and is retried with backoff. Default false.
-   */
-  optional?: boolean;
-  /** Sends a GET for a path with query; the reflector aborts `signal` to cancel it. */
-  get(path: string, signal: AbortSignal): Promise<Response>;
-  /** Receives every change, in order. */
-  onEvent(event: ObjectEvent): void;
-  /**
-   * Called after every completed LIST (the first one completes the initial sync), and for an
-   * optional resource after a failed one too.
-   */
-  onListed(): void;
-  /** Where log lines go. */
-  log(line: string): void;
-  /** Told why, each time a request failed and will be retried (the line also logged). */
-  onRetry?(problem: string): void;
-  /** A request or watch with no byte (LIST) or event (WATCH) for this long is aborted. */
-  idleTimeoutMs: number;
-  /** Retry delays: first `initialMs`, doubling up to `maxMs`, jittered. */
-  backoff: { initialMs: number; maxMs: number };
-  /** Shortest server-side watch length; each watch asks for 1-2 times this. */
-  watchTimeoutSeconds: number;
-  /** How often an absent optional resource is listed again, ms. */
-  absentRetryMs: number;
-  /** LIST page size (`limit`). */
-  pageSize: number;
-  /** Try the streaming watch-list for the initial state first. Default true. */
-  watchList?: boolean;
-  /** The largest watch event read, bytes. Default {@link DEFAULT_MAX_EVENT_BYTES}. */
-  maxEventBytes?: number;
-  /** The largest LIST answer read, bytes. Default {@link DEFAULT_MAX_LIST_BYTES}. */
-  maxListBytes?: number;
-  /** Aborting it stops the reflector. */
-  signal: AbortSignal;
-}
+export { DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LIST_BYTES, type ReflectorOptions };
 
 /**
  * Lists and watches one kind until its signal aborts; see the module doc. Create it, then
@@ -464,42 +407,14 @@ export class Reflector {
   #kick: () => void = () => {};
 
   /**
-   * Sends a GET for `query` and hands the response to `consume`, aborting both when nothing
-   * arrives for the idle timeout (or when the reflector stops).
+   * Sends a GET for `query` and hands the response to `consume` ({@link watchedRequest}),
+   * with {@link #kick} the watchdog's while it runs.
    */
-  async #request<T>(query: string, consume: (response: Response) => Promise<T>): Promise<T> {
-    const { idleTimeoutMs, signal } = this.#o;
-    const controller = new AbortController();
-    const stop = () => controller.abort(signal.reason);
-    signal.addEventListener("abort", stop, { once: true });
-    let idle = false;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const kick = () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => {
-        idle = true;
-        controller.abort(new IdleTimeoutError(`nothing received for ${idleTimeoutMs} ms`));
-      }, idleTimeoutMs);
-    };
-    this.#kick = kick;
-    kick();
-    try {
-      const response = await this.#o.get(`${this.#o.path}?${query}`, controller.signal);
-      kick();
-      try {
-        return await consume(response);
-      } finally {
-        // Releases the connection when consume() stopped early.
-        await response.body?.cancel().catch(() => {});
-      }
-    } catch (error) {
-      if (idle) throw new IdleTimeoutError(`nothing received for ${idleTimeoutMs} ms`);
-      throw error;
-    } finally {
-      clearTimeout(timer);
-      this.#kick = () => {};
-      signal.removeEventListener("abort", stop);
-    }
+  #request<T>(query: string, consume: (response: Response) => Promise<T>): Promise<T> {
+    return watchedRequest(this.#o.get, `${this.#o.path}?${query}`, this.#o, (response, kick) => {
+      this.#kick = kick;
+      return consume(response).finally(() => this.#kick = () => {});
+    });
   }
 
   #query(params: Record<string, string>): string {
