@@ -25,6 +25,7 @@
 import { fileURLToPath } from "node:url";
 import { TestApiServer, type Traffic } from "../tests/apiserver/server.ts";
 import { commandLine } from "../tests/netns/netns.ts";
+import { openCommandChannel } from "../tests/apiserver/command_channel.ts";
 import { extraEndpointIP, generateCluster, withExtraEndpoint } from "./cluster.ts";
 import { DENO_ENV } from "./probe_runner.ts";
 
@@ -73,8 +74,6 @@ export interface BenchApiServer {
   close(): Promise<void>;
 }
 
-type Reply = { id: number; ok: true; result?: unknown } | { id: number; ok: false; error: string };
-
 /** Longest wait for one command's answer (a fetch has its own, shorter limit). */
 const CALL_TIMEOUT_MS = 60_000;
 /** Longest wait for the process to generate and load the cluster. */
@@ -101,88 +100,21 @@ export async function startBenchApiServer(
     `--seed=${options.seed}`,
     `--watch-list=${options.watchList ?? true}`,
   ], ns);
-  const child = new Deno.Command(argv[0], {
-    args: argv.slice(1),
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-    env: { ...DENO_ENV },
-  }).spawn();
-  const stderr = new Response(child.stderr).text();
-  const writer = child.stdin.getWriter();
-  const waiting = new Map<number, (reply: Reply) => void>();
-  let ready!: (objects: number) => void;
-  let failed!: (error: Error) => void;
-  const started = new Promise<number>((resolve, reject) => {
-    ready = resolve;
-    failed = reject;
+  const channel = await openCommandChannel<{ objects: number }>(argv, { ...DENO_ENV }, {
+    name: "the benchmark's API server",
+    startTimeoutMs: START_TIMEOUT_MS,
+    callTimeoutMs: CALL_TIMEOUT_MS,
+    killAfterMs: 5000,
   });
-  const reader = (async () => {
-    let pending = "";
-    for await (const text of child.stdout.pipeThrough(new TextDecoderStream())) {
-      pending += text;
-      let nl: number;
-      while ((nl = pending.indexOf("\n")) >= 0) {
-        const line = pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
-        const message = JSON.parse(line) as { ready?: boolean; objects?: number } & Partial<Reply>;
-        if (message.ready) ready(message.objects!);
-        else if (typeof message.id === "number") waiting.get(message.id)?.(message as Reply);
-      }
-    }
-    const error = new Error(`the benchmark's API server exited: ${await stderr}`);
-    failed(error);
-    for (const answer of waiting.values()) answer({ id: -1, ok: false, error: error.message });
-  })();
-  const timer = setTimeout(
-    () => failed(new Error(`the benchmark's API server did not start in ${START_TIMEOUT_MS} ms`)),
-    START_TIMEOUT_MS,
-  );
-  let objects: number;
-  try {
-    objects = await started;
-  } catch (err) {
-    child.kill("SIGKILL");
-    throw err;
-  } finally {
-    clearTimeout(timer);
-  }
-
-  let nextId = 1;
-  const call = async (method: string, ...args: unknown[]): Promise<unknown> => {
-    const id = nextId++;
-    const reply = await new Promise<Reply>((resolve) => {
-      const limit = setTimeout(() => {
-        waiting.delete(id);
-        resolve({ id, ok: false, error: `no answer to ${method} in ${CALL_TIMEOUT_MS} ms` });
-      }, CALL_TIMEOUT_MS);
-      waiting.set(id, (r) => {
-        clearTimeout(limit);
-        waiting.delete(id);
-        resolve(r);
-      });
-      writer.write(new TextEncoder().encode(JSON.stringify({ id, method, args }) + "\n"))
-        .catch(() => {});
-    });
-    if (!reply.ok) throw new Error(`benchmark API server: ${method} failed: ${reply.error}`);
-    return reply.result;
-  };
-  let closing: Promise<void> | undefined;
+  const { objects } = channel.ready;
+  const call = channel.call;
   return {
     objects,
     change: async (index, add) => void await call("change", index, add),
     traffic: () => call("traffic") as Promise<Traffic>,
     resetTraffic: async () => void await call("resetTraffic"),
     fetch: (url, timeoutMs = 30_000) => call("fetch", url, timeoutMs) as Promise<TimedFetch>,
-    close: () =>
-      closing ??= (async () => {
-        await call("close").catch(() => {});
-        await writer.close().catch(() => {});
-        const killer = setTimeout(() => child.kill("SIGKILL"), 5000);
-        await child.status;
-        clearTimeout(killer);
-        await reader.catch(() => {});
-      })(),
+    close: channel.close,
   };
 }
 

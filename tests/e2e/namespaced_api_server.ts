@@ -27,6 +27,7 @@ import { fileURLToPath } from "node:url";
 import type { ObjectKind, RawObject } from "../../src/source/events.ts";
 import { type FailOptions, type ObjectRef, TestApiServer } from "../apiserver/server.ts";
 import { commandLine } from "../netns/netns.ts";
+import { openCommandChannel } from "../apiserver/command_channel.ts";
 
 const SCRIPT = fileURLToPath(import.meta.url);
 
@@ -64,8 +65,6 @@ export interface NamespacedApiServer {
   close(): Promise<void>;
 }
 
-type Reply = { id: number; ok: true; result?: unknown } | { id: number; ok: false; error: string };
-
 /** Longest wait for one command's answer. */
 const CALL_TIMEOUT_MS = 10_000;
 
@@ -87,73 +86,18 @@ export async function startNamespacedApiServer(
     SCRIPT,
     `--bookmark-interval-ms=${options.bookmarkIntervalMs ?? 500}`,
   ], ns);
-  const child = new Deno.Command(argv[0], {
-    args: argv.slice(1),
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-    env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" },
-  }).spawn();
-  const stderr = new Response(child.stderr).text();
-  const writer = child.stdin.getWriter();
-  const waiting = new Map<number, (reply: Reply) => void>();
-  let ready!: (port: number) => void;
-  let failed!: (error: Error) => void;
-  const started = new Promise<number>((resolve, reject) => {
-    ready = resolve;
-    failed = reject;
-  });
-  const reader = (async () => {
-    let pending = "";
-    for await (const text of child.stdout.pipeThrough(new TextDecoderStream())) {
-      pending += text;
-      let nl: number;
-      while ((nl = pending.indexOf("\n")) >= 0) {
-        const line = pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
-        const message = JSON.parse(line) as { ready?: boolean; port?: number } & Partial<Reply>;
-        if (message.ready) ready(message.port!);
-        else if (typeof message.id === "number") waiting.get(message.id)?.(message as Reply);
-      }
-    }
-    const error = new Error(`the namespaced API server exited: ${await stderr}`);
-    failed(error);
-    for (const answer of waiting.values()) answer({ id: -1, ok: false, error: error.message });
-  })();
-  const timer = setTimeout(
-    () => failed(new Error("the namespaced API server did not start")),
-    15_000,
+  const channel = await openCommandChannel<{ port: number }>(
+    argv,
+    { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" },
+    {
+      name: "the namespaced API server",
+      startTimeoutMs: 15_000,
+      callTimeoutMs: CALL_TIMEOUT_MS,
+      killAfterMs: 3000,
+    },
   );
-  let port: number;
-  try {
-    port = await started;
-  } catch (err) {
-    child.kill("SIGKILL");
-    throw err;
-  } finally {
-    clearTimeout(timer);
-  }
-
-  let nextId = 1;
-  const call = async (method: string, ...args: unknown[]): Promise<unknown> => {
-    const id = nextId++;
-    const reply = await new Promise<Reply>((resolve) => {
-      const limit = setTimeout(() => {
-        waiting.delete(id);
-        resolve({ id, ok: false, error: `no answer to ${method} in ${CALL_TIMEOUT_MS} ms` });
-      }, CALL_TIMEOUT_MS);
-      waiting.set(id, (r) => {
-        clearTimeout(limit);
-        waiting.delete(id);
-        resolve(r);
-      });
-      writer.write(new TextEncoder().encode(JSON.stringify({ id, method, args }) + "\n"))
-        .catch(() => {});
-    });
-    if (!reply.ok) throw new Error(`namespaced API server: ${method} failed: ${reply.error}`);
-    return reply.result;
-  };
-  let closing: Promise<void> | undefined;
+  const { port } = channel.ready;
+  const call = channel.call;
   return {
     port,
     url: `http://127.0.0.1:${port}`,
@@ -169,15 +113,7 @@ export async function startNamespacedApiServer(
     restart: async () => void await call("restart"),
     watchCount: () => call("watchCount") as Promise<number>,
     fetch: (url) => call("fetch", url) as Promise<FetchResult>,
-    close: () =>
-      closing ??= (async () => {
-        await call("close").catch(() => {});
-        await writer.close().catch(() => {});
-        const killer = setTimeout(() => child.kill("SIGKILL"), 3000);
-        await child.status;
-        clearTimeout(killer);
-        await reader.catch(() => {});
-      })(),
+    close: channel.close,
   };
 }
 
