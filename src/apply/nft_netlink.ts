@@ -109,9 +109,9 @@ function openLibc(): Deno.DynamicLibrary<typeof LIBC> {
 }
 
 /**
- * The elements of set or map `set` in table `family table`, as the kernel holds them.
- * Throws {@link NetlinkError} with errno ENOENT (2) when the table or set does not exist, and
- * when netlink cannot be used here (no FFI permission, no libc, not Linux).
+ * The elements of set or map `set` in table `family table`, as the kernel holds them; none
+ * when the table or set does not exist. Throws {@link NetlinkError} when netlink cannot be used
+ * here (no FFI permission, no libc, not Linux).
  *
  * @example
  * ```ts
@@ -125,11 +125,11 @@ export async function dumpSetElements(
   set: string,
 ): Promise<KernelElement[]> {
   const elements: KernelElement[] = [];
-  await dump(NFT_MSG_GETSETELEM, family, [
+  const found = await dumpOrNone(NFT_MSG_GETSETELEM, family, [
     stringAttr(NFTA_SET_ELEM_LIST_TABLE, table),
     stringAttr(NFTA_SET_ELEM_LIST_SET, set),
   ], (view, start, end) => readElements(view, start, end, elements));
-  return elements;
+  return found ? elements : [];
 }
 
 /** What a rule does, as far as the rules check needs to know. */
@@ -151,19 +151,47 @@ export async function dumpRules(
   chain: string,
 ): Promise<KernelRule[]> {
   const rules: KernelRule[] = [];
+  const found = await dumpOrNone(NFT_MSG_GETRULE, family, [
+    stringAttr(NFTA_RULE_TABLE, table),
+    stringAttr(NFTA_RULE_CHAIN, chain),
+  ], (view, start, end) => {
+    const expressions = find(view, start, end, NFTA_RULE_EXPRESSIONS);
+    if (expressions >= 0) rules.push(readRule(view, expressions));
+  });
+  return found ? rules : [];
+}
+
+/** {@link dump}, resolving false when the kernel answers ENOENT (no such table, set or chain). */
+async function dumpOrNone(...args: Parameters<typeof dump>): Promise<boolean> {
   try {
-    await dump(NFT_MSG_GETRULE, family, [
-      stringAttr(NFTA_RULE_TABLE, table),
-      stringAttr(NFTA_RULE_CHAIN, chain),
-    ], (view, start, end) => {
-      const expressions = find(view, start, end, NFTA_RULE_EXPRESSIONS);
-      if (expressions >= 0) rules.push(readRule(view, expressions));
-    });
+    await dump(...args);
+    return true;
   } catch (error) {
-    if (error instanceof NetlinkError && error.errno === 2) return [];
+    if (error instanceof NetlinkError && error.errno === 2) return false;
     throw error;
   }
-  return rules;
+}
+
+/**
+ * `viaNetlink` while netlink can be used from here, else — for good, from the first time it
+ * cannot (no FFI permission, no libc) — `fallback`. Other errors are thrown as they are.
+ */
+export function netlinkOr<T>(
+  viaNetlink: () => Promise<T>,
+  fallback: () => Promise<T>,
+): () => Promise<T> {
+  let usable = true;
+  return async () => {
+    if (usable) {
+      try {
+        return await viaNetlink();
+      } catch (error) {
+        if (!(error instanceof NetlinkError) || error.errno !== 0) throw error;
+        usable = false;
+      }
+    }
+    return await fallback();
+  };
 }
 
 /**

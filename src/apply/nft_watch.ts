@@ -22,7 +22,7 @@
  * @module
  */
 import { type NftRunnerOptions, runNft } from "./nft.ts";
-import { dumpRules, NetlinkError } from "./nft_netlink.ts";
+import { dumpRules, netlinkOr } from "./nft_netlink.ts";
 import { NAMES } from "../render/nft/names.ts";
 import type { NftFamily } from "../render/nft/transaction.ts";
 
@@ -86,18 +86,9 @@ export function nftRulesChecker(
   table: string,
   options: NftRunnerOptions & { families?: readonly NftFamily[] } = {},
 ): () => Promise<boolean> {
-  let netlink = options.netns === undefined;
-  return async () => {
-    if (netlink) {
-      try {
-        return await nftRulesIntactNetlink(table, options.families);
-      } catch (error) {
-        if (!(error instanceof NetlinkError) || error.errno !== 0) throw error;
-        netlink = false;
-      }
-    }
-    return await nftRulesIntact(table, options);
-  };
+  const viaNft = () => nftRulesIntact(table, options);
+  if (options.netns !== undefined) return viaNft;
+  return netlinkOr(() => nftRulesIntactNetlink(table, options.families), viaNft);
 }
 
 /**

@@ -21,7 +21,7 @@
  */
 import { type NftRunnerOptions, runNft } from "./nft.ts";
 import { NAMES } from "../render/nft/names.ts";
-import { dumpSetElements, NetlinkError } from "./nft_netlink.ts";
+import { dumpSetElements, netlinkOr } from "./nft_netlink.ts";
 import { protocolName } from "../model/ip_protocol.ts";
 
 /** One counted element of a dispatch map, as the kernel lists it. */
@@ -203,27 +203,18 @@ export function netlinkServiceCounterReader(
   options: NftRunnerOptions & { families?: readonly string[] } = {},
 ): ElementCountReader {
   const families = options.families ?? ["ip", "ip6"];
-  const fallback = nftServiceCounterReader(table, options);
-  let usable = true;
-  return async () => {
-    if (!usable) return await fallback();
+  return netlinkOr(async () => {
     const out: ElementCount[] = [];
-    try {
-      for (const family of families) {
-        for (const map of COUNTED_MAPS) {
-          for (const e of await dumpSetElementsOrNone(family, table, map)) {
-            if (e.packets === undefined || !parsePortComment(e.comment)) continue;
-            out.push({ family, map, key: hex(e.key), comment: e.comment, packets: e.packets });
-          }
+    for (const family of families) {
+      for (const map of COUNTED_MAPS) {
+        for (const e of await dumpSetElements(family, table, map)) {
+          if (e.packets === undefined || !parsePortComment(e.comment)) continue;
+          out.push({ family, map, key: hex(e.key), comment: e.comment, packets: e.packets });
         }
       }
-    } catch (error) {
-      if (!(error instanceof NetlinkError) || error.errno !== 0) throw error;
-      usable = false;
-      return await fallback();
     }
     return out;
-  };
+  }, nftServiceCounterReader(table, options));
 }
 
 const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
@@ -232,14 +223,4 @@ function hex(bytes: Uint8Array): string {
   let text = "";
   for (const b of bytes) text += HEX[b];
   return text;
-}
-
-/** The elements, or none when the table or map does not exist (ENOENT). */
-async function dumpSetElementsOrNone(family: string, table: string, set: string) {
-  try {
-    return await dumpSetElements(family, table, set);
-  } catch (error) {
-    if (error instanceof NetlinkError && error.errno === 2) return [];
-    throw error;
-  }
 }
