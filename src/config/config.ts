@@ -21,6 +21,17 @@ export type DetectLocalMode =
   | "InterfaceNamePrefix"
   | "None";
 
+/**
+ * How nft mode picks an endpoint for a new connection (an extension of ours; ipvs mode's
+ * `ipvs.scheduler` maps onto it): `random` (`numgen random`, upstream nftables mode's choice),
+ * `round-robin` (`numgen inc`) or `source-hash` (a hash of the client address, so a client keeps
+ * its endpoint while the endpoint set is unchanged).
+ */
+export type EndpointScheduler = "random" | "round-robin" | "source-hash";
+
+/** How log lines are written: klog's text format or its JSON format (`--logging-format`). */
+export type LoggingFormat = "text" | "json";
+
 /** The whole configuration of one proxy process. */
 export interface Config {
   /** Backend: `nft` (native) or `iptables` (classic KUBE-* layout). Default `nft`. */
@@ -71,6 +82,10 @@ export interface Config {
   fromFile: string;
   /** Log verbosity (upstream `-v`). Default 0. */
   verbosity: number;
+  /** Log line format (upstream `--logging-format`). Default `text`. */
+  loggingFormat: LoggingFormat;
+  /** Endpoint choice for new connections in nft mode. Default `random`. */
+  scheduler: EndpointScheduler;
   /**
    * Conntrack entries per CPU: `nf_conntrack_max` is set to this × CPUs, at least
    * {@link conntrackMin}; 0 leaves it alone. Default 32768.
@@ -113,6 +128,8 @@ export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze(
     master: "",
     fromFile: "",
     verbosity: 0,
+    loggingFormat: "text",
+    scheduler: "random",
     conntrackMaxPerCore: 32768,
     conntrackMin: 131072,
     conntrackTCPEstablishedTimeoutMs: 24 * 3600_000,

@@ -596,6 +596,8 @@ const CUSTOM: Config = {
   master: "",
   fromFile: "",
   verbosity: 2,
+  loggingFormat: DEFAULT_CONFIG.loggingFormat,
+  scheduler: DEFAULT_CONFIG.scheduler,
   conntrackMaxPerCore: 0,
   conntrackMin: 4096,
   conntrackTCPEstablishedTimeoutMs: 2 * 3600_000,

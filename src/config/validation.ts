@@ -368,6 +368,8 @@ export function describeField(key: keyof Config, mode: ProxyMode): string {
     master: "--master",
     fromFile: "--from-file",
     verbosity: "logging.verbosity/-v",
+    loggingFormat: "logging.format/--logging-format",
+    scheduler: "ipvs.scheduler/--scheduler",
     conntrackMaxPerCore: "conntrack.maxPerCore/--conntrack-max-per-core",
     conntrackMin: "conntrack.min/--conntrack-min",
     conntrackTCPEstablishedTimeoutMs:
