@@ -277,6 +277,8 @@ Deno.test("parseCommandLine() reads every value flag", async () => {
     master: "https://10.0.0.1:6443",
     fromFile: "cluster.yaml",
     verbosity: 4,
+    loggingFormat: "text",
+    scheduler: "random",
     conntrackMaxPerCore: 0,
     conntrackMin: 4096,
     conntrackTCPEstablishedTimeoutMs: 7_200_000,
