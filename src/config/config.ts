@@ -66,6 +66,11 @@ export interface Config {
   healthzBindAddress: string;
   /** Address of the metrics server (`/metrics`). Default `127.0.0.1:10249`. */
   metricsBindAddress: string;
+  /**
+   * A health or metrics address that cannot be bound ends the process (upstream
+   * `bindAddressHardFail`); otherwise binding is retried. Default false.
+   */
+  bindAddressHardFail: boolean;
   /** Name of the nft table (both `ip` and `ip6` families). Default `kube-nftproxy`. */
   tableName: string;
   /**
@@ -122,6 +127,7 @@ export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze(
     bindAddress: "",
     healthzBindAddress: "0.0.0.0:10256",
     metricsBindAddress: "127.0.0.1:10249",
+    bindAddressHardFail: false,
     tableName: "kube-nftproxy",
     iptablesBackend: "auto",
     kubeconfig: "",

@@ -279,6 +279,7 @@ Deno.test("parseCommandLine() reads every value flag", async () => {
     verbosity: 4,
     loggingFormat: "text",
     scheduler: "random",
+    bindAddressHardFail: false,
     conntrackMaxPerCore: 0,
     conntrackMin: 4096,
     conntrackTCPEstablishedTimeoutMs: 7_200_000,

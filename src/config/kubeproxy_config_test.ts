@@ -590,6 +590,7 @@ const CUSTOM: Config = {
   bindAddress: "10.0.0.7",
   healthzBindAddress: "10.0.0.7:10256",
   metricsBindAddress: "[::1]:9100",
+  bindAddressHardFail: false,
   tableName: DEFAULT_CONFIG.tableName,
   iptablesBackend: "auto",
   kubeconfig: "/etc/kubernetes/kube-proxy.conf",

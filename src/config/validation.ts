@@ -362,6 +362,7 @@ export function describeField(key: keyof Config, mode: ProxyMode): string {
     bindAddress: "bindAddress/--bind-address",
     healthzBindAddress: "healthzBindAddress/--healthz-bind-address",
     metricsBindAddress: "metricsBindAddress/--metrics-bind-address",
+    bindAddressHardFail: "bindAddressHardFail/--bind-address-hard-fail",
     tableName: "--table-name",
     iptablesBackend: "--iptables-backend",
     kubeconfig: "clientConnection.kubeconfig/--kubeconfig",
