@@ -43,6 +43,13 @@ export interface MeteredDaemon {
 }
 
 /**
+ * Extra flags for the daemon's `deno run`, from the environment (e.g.
+ * `BENCH_DENO_FLAGS="--cpu-prof --cpu-prof-dir=/tmp/prof"` to profile the daemon); none by
+ * default, so figures are of the daemon as a node runs it.
+ */
+const EXTRA_DENO_FLAGS = (Deno.env.get("BENCH_DENO_FLAGS") ?? "").split(/\s+/).filter(Boolean);
+
+/**
  * Starts `deno run --cached-only -A main.ts ARGS` in namespace `ns` inside `pod`'s cgroup and
  * checks that the PID it got is the Deno process itself.
  */
@@ -52,7 +59,10 @@ export async function startDaemon(
   pod: PodCgroup,
 ): Promise<MeteredDaemon> {
   const deno = Deno.realPathSync(Deno.execPath());
-  const cmd = commandLine([deno, "run", "--cached-only", "-A", MAIN, ...args], ns);
+  const cmd = commandLine(
+    [deno, "run", "--cached-only", ...EXTRA_DENO_FLAGS, "-A", MAIN, ...args],
+    ns,
+  );
   const startedAt = performance.now();
   const child = new Deno.Command("bash", {
     args: pod.wrap(cmd),
