@@ -343,7 +343,7 @@ function syncObserver(
       throw err;
     } finally {
       metrics.pending(state.pending);
-      health.nodeDeleting(state.node?.deleting ?? false);
+      health.syncNode(state.node);
     }
     health.updated();
     // Upstream's network programming latency: from each endpoint change to rules in force.
