@@ -5,7 +5,9 @@
  * It selects objects exactly as upstream kube-proxy does: Services and EndpointSlices (and
  * ServiceCIDRs, which share upstream's informer factory) without the
  * `service.kubernetes.io/service-proxy-name` and `service.kubernetes.io/headless` labels, and
- * only the Node named by the hostname. Each kind is kept by its own {@link Reflector}; the
+ * only the Node named by the hostname. ServiceCIDRs are read at `networking.k8s.io/v1`, or at
+ * `v1beta1` where only that is served (1.31 and 1.32 clusters). Each kind is kept by its own
+ * {@link Reflector}; the
  * configuration and credentials come from {@link connectApi}.
  *
  * @module
@@ -75,6 +77,7 @@ interface KindSpec {
   labelSelector?: string;
   fieldSelector?: string;
   optional?: boolean;
+  fallback?: { apiVersion: string; path: string };
 }
 
 /**
@@ -229,6 +232,10 @@ function kindSpecs(hostname: string): KindSpec[] {
       path: "/apis/networking.k8s.io/v1/servicecidrs",
       labelSelector: PROXY_LABEL_SELECTOR,
       optional: true,
+      fallback: {
+        apiVersion: "networking.k8s.io/v1beta1",
+        path: "/apis/networking.k8s.io/v1beta1/servicecidrs",
+      },
     },
   ];
 }

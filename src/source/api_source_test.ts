@@ -460,6 +460,32 @@ Deno.test("ApiSource treats missing ServiceCIDRs as none, syncs anyway, and pick
   assert.equal(h.logs.filter((l) => l.includes("not served here")).length, 1);
 });
 
+Deno.test("ApiSource reads ServiceCIDRs at networking.k8s.io/v1beta1 where v1 is not served (1.31, 1.32)", async () => {
+  await using h = await startHarness({
+    server: { serviceCIDRVersion: "v1beta1" },
+    seed: seedCluster,
+  });
+  await waitFor("the initial sync", () => h.synced() === 1);
+  await h.converged("the v1beta1 ServiceCIDR");
+  const [listed] = h.mirror.get("ServiceCIDR")!.values();
+  assert.equal(listed.apiVersion, "networking.k8s.io/v1beta1");
+  assert.deepEqual((listed.spec as Record<string, unknown>).cidrs, ["10.96.0.0/16"]);
+  // Changes arrive through the v1beta1 watch.
+  h.server.create("ServiceCIDR", {
+    metadata: { name: "extra" },
+    spec: { cidrs: ["10.97.0.0/16"] },
+  });
+  await h.converged("the ServiceCIDR added later");
+  assert.equal(h.mirror.get("ServiceCIDR")!.size, 2);
+  const paths = new Set(
+    h.server.requests.filter((r) => r.kind === "ServiceCIDR").map((r) => r.path),
+  );
+  assert.deepEqual([...paths], ["/apis/networking.k8s.io/v1beta1/servicecidrs"]);
+  assert.equal(h.logs.filter((l) => l.includes("not served at networking.k8s.io/v1 ")).length, 1);
+  assert.equal(h.logs.filter((l) => l.includes("not served here")).length, 0);
+  assert.deepEqual(h.violations, []);
+});
+
 Deno.test("ApiSource does not let a failing ServiceCIDR list hold up the initial sync", async () => {
   await using h = await startHarness({
     seed: (server) => {
