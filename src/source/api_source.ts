@@ -15,6 +15,7 @@
 
 import type { ObjectKind, RawObject, Source, SourceHandler } from "./events.ts";
 import { type ApiConnection, connectApi } from "./api_connection.ts";
+import { ApiEventRecorder, type EventRecorder, NO_EVENTS, proxyEvents } from "./event_recorder.ts";
 import { Reflector } from "./reflector.ts";
 
 export { ApiConfigError } from "./api_connection.ts";
@@ -63,6 +64,12 @@ export interface ApiSourceOptions {
    * must not wait for ever). Default: `start()` returns at once and the source retries for ever.
    */
   syncTimeoutMs?: number;
+  /**
+   * Record upstream's Events through this connection ({@link ApiSource.events}): `Starting` on
+   * the Node once started, and whatever the daemon records. For the daemon only: one-shot
+   * runs, dry runs and `explain` leave it off. Default false.
+   */
+  recordEvents?: boolean;
   /** Sends requests (tests substitute it). Default the global `fetch`. */
   fetch?: typeof fetch;
   /** Prefix of the in-cluster service-account paths, for tests. Default `""`. */
@@ -105,6 +112,7 @@ export class ApiSource implements Source {
   readonly #log: (line: string) => void;
   readonly #abort = new AbortController();
   #connection?: ApiConnection;
+  readonly #events: ApiEventRecorder | undefined;
   #reflectors = new Map<ObjectKind, Reflector>();
   #runs: Promise<void>[] = [];
   #started = false;
@@ -116,6 +124,23 @@ export class ApiSource implements Source {
     }
     this.#options = options;
     this.#log = options.log ?? ((line) => console.error(line));
+    this.#events = options.recordEvents
+      ? new ApiEventRecorder({
+        send: (method, path, sendOptions) =>
+          this.#connection?.send(method, path, sendOptions) ??
+            Promise.reject(new Error("not connected to the API server")),
+        hostname: options.hostname,
+        log: this.#log,
+      })
+      : undefined;
+  }
+
+  /**
+   * Where the daemon records Events (see `event_recorder.ts`): through this source's
+   * connection with `recordEvents`, else nowhere ({@link NO_EVENTS}).
+   */
+  get events(): EventRecorder {
+    return this.#events ?? NO_EVENTS;
   }
 
   /** The objects of `kind` as the source last saw them, by object key (empty before start). */
@@ -178,6 +203,7 @@ export class ApiSource implements Source {
       this.#reflectors.set(spec.kind, reflector);
       this.#runs.push(reflector.run());
     }
+    proxyEvents(this.events, o.hostname).starting();
     if (o.syncTimeoutMs === undefined) return;
     const timeoutMs = o.syncTimeoutMs;
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -200,7 +226,7 @@ export class ApiSource implements Source {
   /** Aborts every request and loop; resolves once all have ended. No events follow. */
   async stop(): Promise<void> {
     this.#abort.abort();
-    await Promise.allSettled(this.#runs);
+    await Promise.allSettled([...this.#runs, this.#events?.close()]);
     this.#connection?.close();
   }
 }
