@@ -197,7 +197,7 @@ Deno.test("runProxy() warns once, naming the node, when no Node object for it wa
   await missing.clock.advanceAsync(60_000);
   const warnings = missing.logs.filter((l) => l.includes('no Node named "node-a"'));
   assert.equal(warnings.length, 1, missing.logs.join("\n"));
-  assert.match(warnings[0], /--hostname-override/);
+  assert.match(warnings[0], /\/healthz answers 503 .*--hostname-override/);
   await missing.stop();
 
   const present = await startDaemon();
