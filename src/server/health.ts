@@ -14,7 +14,7 @@
  *   node is not restarted.
  * - The body is upstream's `ProxyHealth` as Go's `json.Marshal` writes it: `lastUpdated`,
  *   `currentTime`, `nodeEligible` (`/healthz` only), `healthy`, and `status` per IP family
- *   (omitted until the sync loop starts), times in RFC 3339 with the fraction's trailing zeros
+ *   (omitted until the sync loop starts, and when the families are not given), times in RFC 3339 with the fraction's trailing zeros
  *   dropped. A healthy answer reports `lastUpdated` as the current time (upstream keeps that
  *   for compatibility with releases where it meant "the sync loop ran"); an unhealthy one
  *   reports the last successful sync.
@@ -55,8 +55,9 @@ export interface ProxyHealthOptions {
   /** Default {@link realClock}. */
   clock?: Clock;
   /**
-   * The IP families the proxy programs, each reported under `status` (one sync serves them
-   * all, so they share one state). Default `["IPv4"]`.
+   * The IP families the proxy programs (`NodeFacts.families`), each reported under `status`
+   * (one sync serves them all, so they share one state). Default none: `status` is left out
+   * rather than naming a family the proxy may not program.
    */
   families?: readonly IPFamily[];
 }
@@ -97,7 +98,7 @@ export class ProxyHealth {
     }
     this.#clock = options.clock ?? realClock;
     this.#timeoutMs = options.healthTimeoutMs;
-    this.#families = Object.freeze([...(options.families ?? ["IPv4"])]);
+    this.#families = Object.freeze([...(options.families ?? [])]);
   }
 
   /**
