@@ -8,13 +8,14 @@
  *
  * @module
  */
+import { formatBytes, InputTooLargeError } from "../bounded_read.ts";
 import type { Config } from "../config/config.ts";
 import { parseCommandLine } from "../config/flags.ts";
 import type { DryRunDiff } from "../dryrun/table_diff.ts";
 import { NftPlanner } from "../render/nft/planner.ts";
 import type { NftFamily } from "../render/nft/transaction.ts";
 import type { Source } from "../source/events.ts";
-import { parseClusterFile } from "../source/file_source.ts";
+import { DEFAULT_MAX_FILE_BYTES, parseClusterFile } from "../source/file_source.ts";
 import { ProxyState } from "../tracker/proxy_state.ts";
 import { formatAgreement, type KernelAgreement, kernelAgreement } from "./live.ts";
 import {
@@ -27,7 +28,11 @@ import {
 
 /** What the command reads and writes. */
 export interface ExplainIO {
-  readTextFile(path: string): Promise<string>;
+  /**
+   * The text of the file at `path`, refusing more than `maxBytes` with
+   * {@link InputTooLargeError} (the bounded read of `../bounded_read.ts`).
+   */
+  readTextFile(path: string, maxBytes: number): Promise<string>;
   /** Writes one text to standard output. */
   print(text: string): void;
   /** Writes one line to standard error. */
@@ -44,6 +49,30 @@ export interface ExplainIO {
 
 /** How long the API server may take to list the cluster. */
 const LIST_TIMEOUT_MS = 30_000;
+
+/** What `explain --help` prints. */
+export const EXPLAIN_USAGE =
+  `Usage: kube-nftproxy explain --from ADDR --to ADDR:PORT[/PROTO] [options] [proxy flags]
+
+Says where the proxy's rules send one connection, and why: the verdict (dnat, reject, drop or
+no-match), the service port and entry point, the chains passed, the eligible endpoints with
+their probability, and whether the source is masqueraded.
+
+Options:
+  --from ADDR             the client's address (a pod, the node, or off-cluster)
+  --to ADDR:PORT[/PROTO]  where it connects; PROTO is tcp (default), udp or sctp; IPv6 in
+                          brackets: [fd00::10]:80/tcp
+  --output text|json      the answer's format (default text)
+  --live                  also read this node's nft tables and say whether they hold these
+                          rules for this packet (needs --mode=nft)
+  -h, --help              print this text
+
+Proxy flags (see kube-nftproxy --help) set what the proxy would program: the cluster comes from
+--from-file FILE, else from the API server (--kubeconfig, --master or in-cluster), as seen from
+--hostname-override; --config, --cluster-cidr, --detect-local-mode, --masquerade-all,
+--nodeport-addresses and the others apply as they do to the proxy.
+
+Exit status: 0 answered, 2 bad command line, unreadable cluster or unreachable API server.`;
 
 /** The command's own flags, taken out before the proxy flags are parsed. */
 interface ExplainFlags {
@@ -148,7 +177,8 @@ function inputOf(
 
 /**
  * Runs `explain` with the arguments after the word `explain`; resolves with the exit code
- * (0 answered, 2 bad command line or unreadable file).
+ * (0 answered or `--help`, 2 bad command line or unreadable file). `-h`/`--help` prints
+ * {@link EXPLAIN_USAGE}. The cluster file is read with the file source's size limit.
  *
  * @example
  * ```ts
@@ -159,6 +189,10 @@ function inputOf(
  * ```
  */
 export async function explainCommand(args: readonly string[], io: ExplainIO): Promise<number> {
+  if (args.some((arg) => arg === "--help" || arg === "-h")) {
+    io.print(EXPLAIN_USAGE);
+    return 0;
+  }
   let explanation: Explanation;
   let kernel: KernelAgreement | undefined;
   let output: string;
@@ -174,7 +208,7 @@ export async function explainCommand(args: readonly string[], io: ExplainIO): Pr
     let origin: string;
     const localAddresses = flags.live ? io.localAddresses?.() : undefined;
     if (config.fromFile !== "") {
-      input = explainInputFromClusterFile(await io.readTextFile(config.fromFile), config, {
+      input = explainInputFromClusterFile(await readClusterFile(io, config.fromFile), config, {
         source: config.fromFile,
         localAddresses,
       });
@@ -214,6 +248,23 @@ export async function explainCommand(args: readonly string[], io: ExplainIO): Pr
     io.print(kernel ? `${text}\n${formatAgreement(kernel)}` : text);
   }
   return 0;
+}
+
+/**
+ * The cluster file's text, read with the file source's limit; its problems as one line naming
+ * the file, as the proxy words them.
+ */
+async function readClusterFile(io: ExplainIO, path: string): Promise<string> {
+  try {
+    return await io.readTextFile(path, DEFAULT_MAX_FILE_BYTES);
+  } catch (err) {
+    const problem = err instanceof InputTooLargeError
+      ? `larger than ${formatBytes(err.limit)}, the most a cluster file may hold`
+      : err instanceof Deno.errors.NotFound
+      ? "no such file"
+      : (err as Error).message;
+    throw new Error(`cannot read cluster file ${path}: ${problem}`);
+  }
 }
 
 /** The human-readable form of an explanation. */

@@ -6,6 +6,7 @@
  * @module
  */
 import { nftFamilySupport } from "../apply/nft.ts";
+import { readTextFileBounded } from "../bounded_read.ts";
 import { localInterfaceAddresses } from "../node/node_facts.ts";
 import type { ExplainIO } from "./command.ts";
 
@@ -16,7 +17,7 @@ export interface NodeExplainIOOptions {
 }
 
 /**
- * Reads files with Deno, prints to stdout and stderr, lists the cluster from the API server
+ * Reads files with Deno within the limit asked for, prints to stdout and stderr, lists the cluster from the API server
  * when there is no `--from-file`, and reads this node's kernel for `--live`.
  *
  * @example
@@ -27,7 +28,7 @@ export interface NodeExplainIOOptions {
 export function nodeExplainIO(options: NodeExplainIOOptions = {}): ExplainIO {
   const { nftPath } = options;
   return {
-    readTextFile: (path) => Deno.readTextFile(path),
+    readTextFile: (path, maxBytes) => readTextFileBounded(path, maxBytes),
     print: (text) => console.log(text),
     printError: (line) => console.error(line),
     apiSource: async (config) => {

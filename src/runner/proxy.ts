@@ -167,8 +167,9 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
     if (state.node !== null) return;
     log.warn(
       `no Node named "${config.hostname}" was listed: node ports have no node address to ` +
-        "answer on (unless nodePortAddresses lists CIDRs), and externalTrafficPolicy: Local and " +
-        "topology hints do not know this node; check --hostname-override",
+        "answer on (unless nodePortAddresses lists CIDRs), externalTrafficPolicy: Local and " +
+        "topology hints do not know this node, and /healthz answers 503 (as upstream's); " +
+        "check --hostname-override",
     );
   };
   startup.source = clock.now();
@@ -343,7 +344,7 @@ function syncObserver(
       throw err;
     } finally {
       metrics.pending(state.pending);
-      health.nodeDeleting(state.node?.deleting ?? false);
+      health.syncNode(state.node);
     }
     health.updated();
     // Upstream's network programming latency: from each endpoint change to rules in force.

@@ -141,6 +141,7 @@ const webSlice = (endpoints: (string | { ip: string; nodeName: string })[]) =>
 
 Deno.test("runProxy() answers /healthz 503 while syncs fail for 2 × syncPeriod, and 200 after one succeeds", async () => {
   const d = await startDaemon();
+  d.source.add("Node", node("node-a", { ips: ["192.168.77.1"] }));
   d.source.add("Service", web());
   d.source.handler!.onSynced();
   await d.clock.advanceAsync(0);
@@ -176,6 +177,19 @@ Deno.test("runProxy() answers /healthz 503 while the Node is being deleted, /liv
   await d.stop();
 });
 
+Deno.test("runProxy() answers /healthz 503 once the state is listed without this Node, and 200 when it appears", async () => {
+  const d = await startDaemon();
+  assert.equal(await d.healthz(), 200, "starting up: the Node is not known yet");
+  d.source.handler!.onSynced();
+  await d.clock.advanceAsync(0);
+  assert.equal(await d.healthz(), 503);
+  assert.equal(await d.healthz("/livez"), 200);
+  d.source.add("Node", node("node-a", { ips: ["192.168.77.1"] }));
+  await d.clock.advanceAsync(CONFIG.syncPeriodMs);
+  assert.equal(await d.healthz(), 200);
+  await d.stop();
+});
+
 Deno.test("runProxy() warns once, naming the node, when no Node object for it was listed", async () => {
   const missing = await startDaemon();
   missing.source.handler!.onSynced();
@@ -183,7 +197,7 @@ Deno.test("runProxy() warns once, naming the node, when no Node object for it wa
   await missing.clock.advanceAsync(60_000);
   const warnings = missing.logs.filter((l) => l.includes('no Node named "node-a"'));
   assert.equal(warnings.length, 1, missing.logs.join("\n"));
-  assert.match(warnings[0], /--hostname-override/);
+  assert.match(warnings[0], /\/healthz answers 503 .*--hostname-override/);
   await missing.stop();
 
   const present = await startDaemon();
@@ -305,6 +319,7 @@ Deno.test("runProxy() runs the conntrack reconciler after every sync and counts 
       ports: [{ name: "dns", port: 53, protocol: "UDP" }],
       endpoints: [ip],
     });
+  d.source.add("Node", node("node-a", { ips: ["192.168.77.1"] }));
   d.source.add("Service", dns);
   d.source.add("EndpointSlice", slice("10.244.1.11"));
   d.source.handler!.onSynced();

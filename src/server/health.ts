@@ -7,11 +7,17 @@
  * - Once it runs, it is unhealthy when a change has been waiting ({@link ProxyHealth.queued})
  *   for `healthTimeout` or longer without a successful sync ({@link ProxyHealth.updated}).
  *   `healthTimeout` is twice the sync period ({@link healthTimeoutMs}).
- * - `/healthz` is also 503 while the Node is being deleted (`nodeEligible: false`); `/livez`
- *   ignores the Node, so a draining node is not restarted.
- * - A healthy answer reports `lastUpdated` as the current time (upstream keeps that for
- *   compatibility with releases where it meant "the sync loop ran"); an unhealthy one reports
- *   the last successful sync.
+ * - `/healthz` is also 503 while the Node is not eligible (`nodeEligible: false`): being deleted,
+ *   tainted `ToBeDeletedByClusterAutoscaler`, or missing once the initial state is known
+ *   (upstream's `NodeEligible()` answers false without a Node). While the proxy starts, before
+ *   the Node's state is known, it counts as eligible. `/livez` ignores the Node, so a draining
+ *   node is not restarted.
+ * - The body is upstream's `ProxyHealth` as Go's `json.Marshal` writes it: `lastUpdated`,
+ *   `currentTime`, `nodeEligible` (`/healthz` only), `healthy`, and `status` per IP family
+ *   (omitted until the sync loop starts, and when the families are not given), times in RFC 3339 with the fraction's trailing zeros
+ *   dropped. A healthy answer reports `lastUpdated` as the current time (upstream keeps that
+ *   for compatibility with releases where it meant "the sync loop ran"); an unhealthy one
+ *   reports the last successful sync.
  *
  * @example
  * ```ts
@@ -25,6 +31,7 @@
  *
  * @module
  */
+import type { IPFamily } from "../model/service_port.ts";
 import { type Clock, realClock } from "../runner/clock.ts";
 import { type HttpServer, ServeError, serveHttp, type ServeOptions } from "./serve.ts";
 
@@ -47,14 +54,22 @@ export interface ProxyHealthOptions {
   healthTimeoutMs: number;
   /** Default {@link realClock}. */
   clock?: Clock;
+  /**
+   * The IP families the proxy programs (`NodeFacts.families`), each reported under `status`
+   * (one sync serves them all, so they share one state). Default none: `status` is left out
+   * rather than naming a family the proxy may not program.
+   */
+  families?: readonly IPFamily[];
 }
 
 /** A snapshot of the proxy's health, as the handler reports it. */
 export interface HealthStatus {
   /** The sync rules alone (what `/livez` reports); ignores the Node. */
   readonly healthy: boolean;
-  /** The Node is not being deleted; `/healthz` also requires this. */
+  /** The Node is known and not going away; `/healthz` also requires this. */
   readonly nodeEligible: boolean;
+  /** The families reported under `status`. */
+  readonly families: readonly IPFamily[];
   /** Clock time of the last successful sync (or of the loop's start), if any. */
   readonly lastUpdated: number | undefined;
   /** Clock time when the snapshot was taken. */
@@ -64,11 +79,12 @@ export interface HealthStatus {
 /**
  * The proxy's health state. Call {@link queued} when a change arrives that needs a sync,
  * {@link started} when the sync loop starts, {@link updated} after every successful sync and
- * {@link nodeDeleting} when the Node's state is known. Reads go through {@link status}.
+ * {@link syncNode} whenever the Node's state is known. Reads go through {@link status}.
  */
 export class ProxyHealth {
   readonly #clock: Clock;
   readonly #timeoutMs: number;
+  readonly #families: readonly IPFamily[];
   #lastUpdated: number | undefined;
   #oldestQueued: number | undefined;
   #nodeEligible = true;
@@ -82,6 +98,7 @@ export class ProxyHealth {
     }
     this.#clock = options.clock ?? realClock;
     this.#timeoutMs = options.healthTimeoutMs;
+    this.#families = Object.freeze([...(options.families ?? [])]);
   }
 
   /**
@@ -111,11 +128,12 @@ export class ProxyHealth {
   }
 
   /**
-   * Whether the Node is being deleted (a deletionTimestamp, or upstream's
-   * `ToBeDeletedByClusterAutoscaler` taint); `/healthz` answers 503 while it is.
+   * The Node as the source last saw it, `null` when there is none. It is eligible unless it is
+   * missing or being deleted (a deletionTimestamp, or upstream's
+   * `ToBeDeletedByClusterAutoscaler` taint); `/healthz` answers 503 while it is not.
    */
-  nodeDeleting(deleting: boolean): void {
-    this.#nodeEligible = !deleting;
+  syncNode(node: { readonly deleting: boolean } | null): void {
+    this.#nodeEligible = node !== null && !node.deleting;
   }
 
   /** The current state; pure apart from reading the clock. */
@@ -126,6 +144,7 @@ export class ProxyHealth {
     return {
       healthy: !late,
       nodeEligible: this.#nodeEligible,
+      families: this.#families,
       lastUpdated: this.#lastUpdated,
       currentTime,
     };
@@ -133,16 +152,36 @@ export class ProxyHealth {
 }
 
 /**
- * Formats a clock time like Go's `time.Time.String()` in UTC, as upstream's bodies do:
- * `2024-05-01 12:00:00.25 +0000 UTC` (trailing zeros of the fraction dropped), and Go's zero
- * time `0001-01-01 00:00:00 +0000 UTC` for "never".
+ * Formats a clock time as Go's `json.Marshal` writes a UTC `time.Time` (RFC 3339, the
+ * fraction's trailing zeros dropped): `2024-05-01T12:00:00.25Z`, and Go's zero time
+ * `0001-01-01T00:00:00Z` for "never".
  */
-export function formatGoTime(ms: number | undefined): string {
-  if (ms === undefined) return "0001-01-01 00:00:00 +0000 UTC";
+export function formatJsonTime(ms: number | undefined): string {
+  if (ms === undefined) return "0001-01-01T00:00:00Z";
   const iso = new Date(ms).toISOString(); // 2024-05-01T12:00:00.250Z
   const fraction = iso.slice(20, 23).replace(/0+$/, "");
-  return `${iso.slice(0, 10)} ${iso.slice(11, 19)}${fraction === "" ? "" : `.${fraction}`}` +
-    " +0000 UTC";
+  return `${iso.slice(0, 19)}${fraction === "" ? "" : `.${fraction}`}Z`;
+}
+
+/**
+ * The body of `/healthz` (with `nodeEligible`) or `/livez` (without), field for field and in
+ * the order of upstream's `ProxyHealth`. Pure.
+ */
+export function healthBody(s: HealthStatus, path: HealthPath): string {
+  const healthy = path === "/healthz" ? s.healthy && s.nodeEligible : s.healthy;
+  const status: Record<string, { lastUpdated: string; healthy: boolean }> = {};
+  if (s.lastUpdated !== undefined) {
+    for (const family of [...s.families].sort()) {
+      status[family] = { lastUpdated: formatJsonTime(s.lastUpdated), healthy: s.healthy };
+    }
+  }
+  return JSON.stringify({
+    lastUpdated: formatJsonTime(healthy ? s.currentTime : s.lastUpdated),
+    currentTime: formatJsonTime(s.currentTime),
+    ...(path === "/healthz" ? { nodeEligible: s.nodeEligible } : {}),
+    healthy: s.healthy,
+    ...(Object.keys(status).length > 0 ? { status } : {}),
+  });
 }
 
 /** Options of {@link healthHandler}. */
@@ -157,15 +196,16 @@ const HEALTH_HEADERS = {
 };
 
 /**
- * The handler of the health server: `/healthz` and `/livez` with upstream's JSON bodies and
- * 200/503 statuses; any other path is 404. Pure apart from reading the health state.
+ * The handler of the health server: `/healthz` and `/livez` with upstream's JSON bodies
+ * ({@link healthBody}) and 200/503 statuses; any other path is 404. Pure apart from reading
+ * the health state.
  *
  * @example
  * ```ts
  * const handle = healthHandler(health);
  * const res = handle(new Request("http://node:10256/healthz"));
  * // res.status === 200, await res.text() ===
- * // '{"lastUpdated": "…","currentTime": "…", "nodeEligible": true}'
+ * // '{"lastUpdated":"…","currentTime":"…","nodeEligible":true,"healthy":true,"status":{…}}'
  * ```
  */
 export function healthHandler(
@@ -183,14 +223,8 @@ export function healthHandler(
     const s = health.status();
     const healthy = path === "/healthz" ? s.healthy && s.nodeEligible : s.healthy;
     const status = healthy ? 200 : 503;
-    const lastUpdated = JSON.stringify(formatGoTime(healthy ? s.currentTime : s.lastUpdated));
-    const currentTime = JSON.stringify(formatGoTime(s.currentTime));
-    // Upstream's exact layout, spaces included.
-    const body = path === "/healthz"
-      ? `{"lastUpdated": ${lastUpdated},"currentTime": ${currentTime}, "nodeEligible": ${s.nodeEligible}}`
-      : `{"lastUpdated": ${lastUpdated},"currentTime": ${currentTime}}`;
     options.onServed?.(path, status);
-    return new Response(body, { status, headers: HEALTH_HEADERS });
+    return new Response(healthBody(s, path), { status, headers: HEALTH_HEADERS });
   };
 }
 

@@ -8,14 +8,17 @@
  * - Any path answers `200` when the Service has local ready endpoints and the proxy itself is
  *   healthy (its sync rules only, as `/livez`: a draining Node does not fail these), `503`
  *   otherwise, with upstream's JSON body (layout included): the Service's namespace and name,
- *   `localEndpoints` and `serviceProxyHealthy`.
+ *   `localEndpoints` and `serviceProxyHealthy`; the `X-Load-Balancing-Endpoint-Weight` header
+ *   carries `localEndpoints` too (load balancers that weigh nodes, such as Google Cloud's
+ *   `WEIGHTED_MAGLEV`, read it).
  * - `localEndpoints` counts distinct IPs of ready endpoints on this node over all of the
  *   Service's ports (terminating ones do not count: the node should stop getting new traffic).
  * - Servers listen on the node-port addresses (in nft mode by default the node's primary IPs)
  *   or on every address (`0.0.0.0`) when those match everything or cannot be found.
  * - After each sync, {@link ServiceHealthServer.sync} opens the ports of new Services, closes
  *   those of Services that are gone (or whose port changed) and retries ports that could not be
- *   bound; counts change without reopening anything.
+ *   bound; counts change without reopening anything. A port that cannot be bound is reported
+ *   (upstream records the `FailedToStartServiceHealthcheck` Event on the Service).
  *
  * @example
  * ```ts
@@ -138,7 +141,8 @@ export interface ServiceHealthReport {
 
 /**
  * The handler of one Service's health-check port: any path and method answers upstream's JSON
- * body, 200 when the Service has local endpoints and the proxy is healthy, else 503. `read` is
+ * body and `X-Load-Balancing-Endpoint-Weight` header (the local endpoint count), 200 when the
+ * Service has local endpoints and the proxy is healthy, else 503. `read` is
  * called per request, so counts change without a new handler. Pure apart from `read`.
  *
  * @example
@@ -168,7 +172,11 @@ export function serviceHealthHandler(
     ].join("\n");
     return new Response(body, {
       status: healthy ? 200 : 503,
-      headers: { "content-type": "application/json", "x-content-type-options": "nosniff" },
+      headers: {
+        "content-type": "application/json",
+        "x-content-type-options": "nosniff",
+        "x-load-balancing-endpoint-weight": `${r.localEndpoints}`,
+      },
     });
   };
 }
@@ -179,6 +187,14 @@ export interface ServiceHealthServerOptions {
   proxyHealthy: () => boolean;
   /** One line per opened, closed or failed port. Default: nothing. */
   log?: (line: string) => void;
+  /**
+   * Called when a Service's port cannot be bound, once per distinct failure (as it is logged),
+   * with upstream's message `node NAME failed to start healthcheck "NS/NAME" on port N: ERR`
+   * when `hostname` is set. For the `FailedToStartServiceHealthcheck` Event. Default: nothing.
+   */
+  onOpenFailed?: (service: HealthCheckedService, message: string) => void;
+  /** This node's name, for {@link onOpenFailed}'s message. Default empty. */
+  hostname?: string;
   /** Binds a handler to `ip:port`; default {@link serveHttp}. Tests substitute it. */
   serve?: (address: string, handler: (req: Request) => Response) => HttpServer | null;
   /**
@@ -283,7 +299,14 @@ export class ServiceHealthServer {
       await closeAll(instance.servers);
       const message = `cannot open health check port ${service.port} of Service ${key}: ` +
         (err as Error).message;
-      if (this.#failures.get(key) !== message) this.#log(message);
+      if (this.#failures.get(key) !== message) {
+        this.#log(message);
+        this.#options.onOpenFailed?.(
+          service,
+          `node ${this.#options.hostname ?? ""} failed to start healthcheck "${key}" on port ` +
+            `${service.port}: ${(err as Error).message}`,
+        );
+      }
       this.#failures.set(key, message);
       return;
     }

@@ -29,6 +29,7 @@ Deno.test("serviceHealthHandler() answers 200 with upstream's body when the Serv
   const res = handle(new Request("http://192.168.77.1:30300/any/path"));
   assert.equal(res.status, 200);
   assert.equal(res.headers.get("content-type"), "application/json");
+  assert.equal(res.headers.get("x-load-balancing-endpoint-weight"), "2");
   assert.equal(
     await res.text(),
     '{\n\t"service": {\n\t\t"namespace": "default",\n\t\t"name": "web"\n\t},\n' +
@@ -45,6 +46,7 @@ Deno.test("serviceHealthHandler() answers 503 without local endpoints, or while 
       proxyHealthy,
     }))(new Request("http://node:30300/"));
     assert.equal(res.status, 503);
+    assert.equal(res.headers.get("x-load-balancing-endpoint-weight"), `${localEndpoints}`);
     assert.deepEqual(JSON.parse(await res.text()), {
       service: { namespace: "shop", name: "cart" },
       localEndpoints,
@@ -204,16 +206,24 @@ Deno.test("ServiceHealthServer.sync() logs a port it cannot bind once and binds 
   const busy = new Set(["[fd00:77::1]:30300"]);
   const sockets = fakeSockets(busy);
   const logs: string[] = [];
+  const failures: [string, string][] = [];
   const server = new ServiceHealthServer({
     proxyHealthy: () => true,
     serve: sockets.serve,
     log: (l) => logs.push(l),
+    hostname: "node-a",
+    onOpenFailed: (s, message) => failures.push([`${s.namespace}/${s.name}`, message]),
   });
   const bindIPs = ["192.168.77.1", "fd00:77::1"];
   await server.sync(checked(30300, 1), { bindIPs });
   await server.sync(checked(30300, 1), { bindIPs });
   assert.deepEqual([...sockets.open.keys()], [], "no half-open Service");
   assert.equal(logs.filter((l) => l.startsWith("cannot open health check port 30300")).length, 1);
+  assert.deepEqual(failures, [[
+    "default/web",
+    'node node-a failed to start healthcheck "default/web" on port 30300: ' +
+    "[fd00:77::1]:30300: address in use",
+  ]]);
   busy.clear();
   await server.sync(checked(30300, 1), { bindIPs });
   assert.equal(sockets.open.size, 2);
@@ -231,6 +241,7 @@ Deno.test("ServiceHealthServer answers load-balancer probes over a real socket o
     await server.sync(checked(port, 1), { bindIPs: ["127.0.0.1"] });
     const first = await fetch(`http://127.0.0.1:${port}/`);
     assert.equal(first.status, 200);
+    assert.equal(first.headers.get("x-load-balancing-endpoint-weight"), "1");
     assert.equal((await first.json()).localEndpoints, 1);
     healthy = false;
     const second = await fetch(`http://127.0.0.1:${port}/`);

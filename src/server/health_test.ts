@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { FakeClock } from "../runner/clock.ts";
 import { advanceUntil, emfile, FakeListener } from "../../tests/fixtures/fake_sockets.ts";
 import {
-  formatGoTime,
+  formatJsonTime,
   healthHandler,
   type HealthPath,
   healthTimeoutMs,
@@ -38,11 +38,11 @@ Deno.test("healthTimeoutMs() is twice the sync period, like upstream", () => {
   assert.equal(healthTimeoutMs(30_000), 60_000);
 });
 
-Deno.test("formatGoTime() prints times like Go's time.Time.String() in UTC", () => {
-  assert.equal(formatGoTime(T0), "2024-05-01 12:00:00 +0000 UTC");
-  assert.equal(formatGoTime(T0 + 250), "2024-05-01 12:00:00.25 +0000 UTC");
-  assert.equal(formatGoTime(T0 + 7), "2024-05-01 12:00:00.007 +0000 UTC");
-  assert.equal(formatGoTime(undefined), "0001-01-01 00:00:00 +0000 UTC");
+Deno.test("formatJsonTime() prints times as Go's json.Marshal does a UTC time.Time", () => {
+  assert.equal(formatJsonTime(T0), "2024-05-01T12:00:00Z");
+  assert.equal(formatJsonTime(T0 + 250), "2024-05-01T12:00:00.25Z");
+  assert.equal(formatJsonTime(T0 + 7), "2024-05-01T12:00:00.007Z");
+  assert.equal(formatJsonTime(undefined), "0001-01-01T00:00:00Z");
 });
 
 Deno.test("healthHandler() answers 200 with upstream's JSON bodies while starting up", async () => {
@@ -50,18 +50,52 @@ Deno.test("healthHandler() answers 200 with upstream's JSON bodies while startin
   const healthz = await get("/healthz");
   assert.equal(healthz.status, 200);
   assert.equal(healthz.type, "application/json");
+  // Upstream's ProxyHealth through json.Marshal: no status per family before the loop runs.
   assert.equal(
     healthz.body,
-    '{"lastUpdated": "2024-05-01 12:00:00 +0000 UTC","currentTime": "2024-05-01 12:00:00 +0000 UTC", "nodeEligible": true}',
+    '{"lastUpdated":"2024-05-01T12:00:00Z","currentTime":"2024-05-01T12:00:00Z",' +
+      '"nodeEligible":true,"healthy":true}',
   );
-  assert.deepEqual(JSON.parse(healthz.body), {
-    lastUpdated: "2024-05-01 12:00:00 +0000 UTC",
-    currentTime: "2024-05-01 12:00:00 +0000 UTC",
-    nodeEligible: true,
-  });
   const livez = await get("/livez");
   assert.equal(livez.status, 200);
-  assert.deepEqual(Object.keys(JSON.parse(livez.body)), ["lastUpdated", "currentTime"]);
+  assert.equal(
+    livez.body,
+    '{"lastUpdated":"2024-05-01T12:00:00Z","currentTime":"2024-05-01T12:00:00Z","healthy":true}',
+  );
+});
+
+Deno.test("healthHandler() reports each IP family's last sync under status, as upstream", async () => {
+  const clock = new FakeClock({ now: T0 });
+  const health = new ProxyHealth({
+    healthTimeoutMs: TIMEOUT_MS,
+    clock,
+    families: ["IPv6", "IPv4"],
+  });
+  const handle = healthHandler(health);
+  health.started();
+  health.syncNode({ deleting: false });
+  clock.advance(1500);
+  const ok = handle(new Request("http://node:10256/healthz"));
+  assert.equal(
+    await ok.text(),
+    '{"lastUpdated":"2024-05-01T12:00:01.5Z","currentTime":"2024-05-01T12:00:01.5Z",' +
+      '"nodeEligible":true,"healthy":true,"status":{' +
+      '"IPv4":{"lastUpdated":"2024-05-01T12:00:00Z","healthy":true},' +
+      '"IPv6":{"lastUpdated":"2024-05-01T12:00:00Z","healthy":true}}}',
+  );
+  health.queued();
+  clock.advance(TIMEOUT_MS);
+  const late = handle(new Request("http://node:10256/livez"));
+  assert.equal(late.status, 503);
+  assert.deepEqual(JSON.parse(await late.text()), {
+    lastUpdated: "2024-05-01T12:00:00Z",
+    currentTime: formatJsonTime(T0 + 1500 + TIMEOUT_MS),
+    healthy: false,
+    status: {
+      IPv4: { lastUpdated: "2024-05-01T12:00:00Z", healthy: false },
+      IPv6: { lastUpdated: "2024-05-01T12:00:00Z", healthy: false },
+    },
+  });
 });
 
 Deno.test("healthHandler() stays healthy before the sync loop starts, however long changes wait", async () => {
@@ -83,7 +117,7 @@ Deno.test("healthHandler() turns 503 when changes listed before the start are no
   const late = await get("/healthz");
   assert.equal(late.status, 503);
   // Unhealthy: lastUpdated is the last success (here the loop's start), not "now".
-  assert.equal(JSON.parse(late.body).lastUpdated, formatGoTime(T0 + 5 * 60_000));
+  assert.equal(JSON.parse(late.body).lastUpdated, formatJsonTime(T0 + 5 * 60_000));
   assert.equal((await get("/livez")).status, 503);
   health.updated();
   assert.equal((await get("/healthz")).status, 200);
@@ -126,19 +160,32 @@ Deno.test("healthHandler() recovers once a sync succeeds, and a new change start
 Deno.test("healthHandler() answers /healthz 503 while the Node is being deleted, but /livez 200", async () => {
   const { health, get } = setup();
   health.started();
-  health.nodeDeleting(true);
+  health.syncNode({ deleting: true });
+  const healthz = await get("/healthz");
+  assert.equal(healthz.status, 503);
+  assert.equal(JSON.parse(healthz.body).nodeEligible, false);
+  assert.equal(JSON.parse(healthz.body).healthy, true, "the proxy itself is fine");
+  assert.equal((await get("/livez")).status, 200);
+  health.syncNode({ deleting: false });
+  assert.equal((await get("/healthz")).status, 200);
+});
+
+Deno.test("healthHandler() answers /healthz 503 when the Node is missing, as upstream; /livez 200", async () => {
+  const { health, get } = setup();
+  health.started();
+  health.syncNode(null);
   const healthz = await get("/healthz");
   assert.equal(healthz.status, 503);
   assert.equal(JSON.parse(healthz.body).nodeEligible, false);
   assert.equal((await get("/livez")).status, 200);
-  health.nodeDeleting(false);
+  health.syncNode({ deleting: false }); // the Node appears
   assert.equal((await get("/healthz")).status, 200);
 });
 
 Deno.test("healthHandler() reports each answer for upstream's healthz/livez counters", async () => {
   const { health, get, served } = setup();
   await get("/healthz");
-  health.nodeDeleting(true);
+  health.syncNode({ deleting: true });
   await get("/healthz");
   await get("/livez");
   await get("/metrics");
@@ -177,7 +224,7 @@ Deno.test("serveHealth() answers real HTTP on loopback and closes", async () => 
     const ok = await fetch(`${base}/healthz`);
     assert.equal(ok.status, 200);
     assert.equal(JSON.parse(await ok.text()).nodeEligible, true);
-    health.nodeDeleting(true);
+    health.syncNode({ deleting: true });
     const unavailable = await fetch(`${base}/healthz`);
     assert.equal(unavailable.status, 503);
     await unavailable.body?.cancel();
@@ -205,7 +252,7 @@ Deno.test("serveHealth() survives accept errors, logs them once, and answers /he
     for (let i = 0; i < 3; i++) listener.fail(emfile());
     const conn = listener.connect();
     conn.send("GET /healthz HTTP/1.1\r\nHost: node:10256\r\n\r\n");
-    await advanceUntil(clock, () => conn.written().includes('"nodeEligible": true'));
+    await advanceUntil(clock, () => conn.written().includes('"nodeEligible":true'));
     assert.match(conn.written(), /^HTTP\/1\.1 200 OK\r\n/);
     assert.equal(logs.length, 1);
     assert.match(logs[0], /^health server on 0\.0\.0\.0:10256: cannot accept .*\[EMFILE\]/);

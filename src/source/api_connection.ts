@@ -64,8 +64,21 @@ export interface ApiConnection {
    * credentials, `Accept: application/json` and a User-Agent; `signal` aborts it.
    */
   get(path: string, signal: AbortSignal): Promise<Response>;
+  /**
+   * Sends `method` to `server + path` with the current credentials, as {@link get} does, and
+   * `body` as JSON when given (creating Events). Every request, `get`'s too, goes through it.
+   */
+  send(method: string, path: string, options: SendOptions): Promise<Response>;
   /** Releases the HTTP client (TLS material, pooled connections). */
   close(): void;
+}
+
+/** What {@link ApiConnection.send} sends besides the method and path. */
+export interface SendOptions {
+  /** A JSON body (sent with `Content-Type: application/json`). Default none. */
+  readonly body?: string;
+  /** Aborts the request. */
+  readonly signal: AbortSignal;
 }
 
 /**
@@ -105,12 +118,19 @@ export async function connectApi(options: ApiConnectionOptions = {}): Promise<Ap
   }
   const send = options.fetch ?? fetch;
   const userAgent = `kube-nftproxy/${VERSION}`;
-  return {
+  const connection: ApiConnection = {
     server,
-    async get(path: string, signal: AbortSignal): Promise<Response> {
+    get: (path: string, signal: AbortSignal) => connection.send("GET", path, { signal }),
+    async send(method: string, path: string, options: SendOptions): Promise<Response> {
       const headers = new Headers({ accept: "application/json", "user-agent": userAgent });
+      if (options.body !== undefined) headers.set("content-type", "application/json");
       await credentials.authorize(headers);
-      const init: RequestInit & { client?: Deno.HttpClient } = { headers, signal };
+      const init: RequestInit & { client?: Deno.HttpClient } = {
+        method,
+        headers,
+        signal: options.signal,
+      };
+      if (options.body !== undefined) init.body = options.body;
       if (client !== undefined) init.client = client;
       return await send(`${server}${path}`, init);
     },
@@ -119,6 +139,7 @@ export async function connectApi(options: ApiConnectionOptions = {}): Promise<Ap
       client = undefined;
     },
   };
+  return connection;
 }
 
 /** Where requests go, with which TLS material, and how each is authorised. */

@@ -5,7 +5,9 @@
  * It selects objects exactly as upstream kube-proxy does: Services and EndpointSlices (and
  * ServiceCIDRs, which share upstream's informer factory) without the
  * `service.kubernetes.io/service-proxy-name` and `service.kubernetes.io/headless` labels, and
- * only the Node named by the hostname. Each kind is kept by its own {@link Reflector}; the
+ * only the Node named by the hostname. ServiceCIDRs are read at `networking.k8s.io/v1`, or at
+ * `v1beta1` where only that is served (1.31 and 1.32 clusters). Each kind is kept by its own
+ * {@link Reflector}; the
  * configuration and credentials come from {@link connectApi}.
  *
  * @module
@@ -13,6 +15,7 @@
 
 import type { ObjectKind, RawObject, Source, SourceHandler } from "./events.ts";
 import { type ApiConnection, connectApi } from "./api_connection.ts";
+import { ApiEventRecorder, type EventRecorder, NO_EVENTS, proxyEvents } from "./event_recorder.ts";
 import { Reflector } from "./reflector.ts";
 
 export { ApiConfigError } from "./api_connection.ts";
@@ -61,6 +64,12 @@ export interface ApiSourceOptions {
    * must not wait for ever). Default: `start()` returns at once and the source retries for ever.
    */
   syncTimeoutMs?: number;
+  /**
+   * Record upstream's Events through this connection ({@link ApiSource.events}): `Starting` on
+   * the Node once started, and whatever the daemon records. For the daemon only: one-shot
+   * runs, dry runs and `explain` leave it off. Default false.
+   */
+  recordEvents?: boolean;
   /** Sends requests (tests substitute it). Default the global `fetch`. */
   fetch?: typeof fetch;
   /** Prefix of the in-cluster service-account paths, for tests. Default `""`. */
@@ -75,6 +84,7 @@ interface KindSpec {
   labelSelector?: string;
   fieldSelector?: string;
   optional?: boolean;
+  fallback?: { apiVersion: string; path: string };
 }
 
 /**
@@ -102,6 +112,7 @@ export class ApiSource implements Source {
   readonly #log: (line: string) => void;
   readonly #abort = new AbortController();
   #connection?: ApiConnection;
+  readonly #events: ApiEventRecorder | undefined;
   #reflectors = new Map<ObjectKind, Reflector>();
   #runs: Promise<void>[] = [];
   #started = false;
@@ -113,6 +124,23 @@ export class ApiSource implements Source {
     }
     this.#options = options;
     this.#log = options.log ?? ((line) => console.error(line));
+    this.#events = options.recordEvents
+      ? new ApiEventRecorder({
+        send: (method, path, sendOptions) =>
+          this.#connection?.send(method, path, sendOptions) ??
+            Promise.reject(new Error("not connected to the API server")),
+        hostname: options.hostname,
+        log: this.#log,
+      })
+      : undefined;
+  }
+
+  /**
+   * Where the daemon records Events (see `event_recorder.ts`): through this source's
+   * connection with `recordEvents`, else nowhere ({@link NO_EVENTS}).
+   */
+  get events(): EventRecorder {
+    return this.#events ?? NO_EVENTS;
   }
 
   /** The objects of `kind` as the source last saw them, by object key (empty before start). */
@@ -175,6 +203,7 @@ export class ApiSource implements Source {
       this.#reflectors.set(spec.kind, reflector);
       this.#runs.push(reflector.run());
     }
+    proxyEvents(this.events, o.hostname).starting();
     if (o.syncTimeoutMs === undefined) return;
     const timeoutMs = o.syncTimeoutMs;
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -197,7 +226,7 @@ export class ApiSource implements Source {
   /** Aborts every request and loop; resolves once all have ended. No events follow. */
   async stop(): Promise<void> {
     this.#abort.abort();
-    await Promise.allSettled(this.#runs);
+    await Promise.allSettled([...this.#runs, this.#events?.close()]);
     this.#connection?.close();
   }
 }
@@ -229,6 +258,10 @@ function kindSpecs(hostname: string): KindSpec[] {
       path: "/apis/networking.k8s.io/v1/servicecidrs",
       labelSelector: PROXY_LABEL_SELECTOR,
       optional: true,
+      fallback: {
+        apiVersion: "networking.k8s.io/v1beta1",
+        path: "/apis/networking.k8s.io/v1beta1/servicecidrs",
+      },
     },
   ];
 }

@@ -9,6 +9,8 @@ import {
   ApiUnreachableError,
 } from "./api_source.ts";
 import { TestApiServer, type TestApiServerOptions } from "../../tests/apiserver/server.ts";
+import { ServiceHealthServer } from "../server/health_check_ports.ts";
+import { healthCheckEvents } from "./event_recorder.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -458,6 +460,98 @@ Deno.test("ApiSource treats missing ServiceCIDRs as none, syncs anyway, and pick
   assert.equal(h.mirror.get("ServiceCIDR")!.size, 1);
   assert.equal(h.synced(), 1);
   assert.equal(h.logs.filter((l) => l.includes("not served here")).length, 1);
+});
+
+Deno.test("ApiSource reads ServiceCIDRs at networking.k8s.io/v1beta1 where v1 is not served (1.31, 1.32)", async () => {
+  await using h = await startHarness({
+    server: { serviceCIDRVersion: "v1beta1" },
+    seed: seedCluster,
+  });
+  await waitFor("the initial sync", () => h.synced() === 1);
+  await h.converged("the v1beta1 ServiceCIDR");
+  const [listed] = h.mirror.get("ServiceCIDR")!.values();
+  assert.equal(listed.apiVersion, "networking.k8s.io/v1beta1");
+  assert.deepEqual((listed.spec as Record<string, unknown>).cidrs, ["10.96.0.0/16"]);
+  // Changes arrive through the v1beta1 watch.
+  h.server.create("ServiceCIDR", {
+    metadata: { name: "extra" },
+    spec: { cidrs: ["10.97.0.0/16"] },
+  });
+  await h.converged("the ServiceCIDR added later");
+  assert.equal(h.mirror.get("ServiceCIDR")!.size, 2);
+  const paths = new Set(
+    h.server.requests.filter((r) => r.kind === "ServiceCIDR").map((r) => r.path),
+  );
+  assert.deepEqual([...paths], ["/apis/networking.k8s.io/v1beta1/servicecidrs"]);
+  assert.equal(h.logs.filter((l) => l.includes("not served at networking.k8s.io/v1 ")).length, 1);
+  assert.equal(h.logs.filter((l) => l.includes("not served here")).length, 0);
+  assert.deepEqual(h.violations, []);
+});
+
+Deno.test("ApiSource with recordEvents records upstream's Starting Event on its Node through the API server", async () => {
+  await using h = await startHarness({ seed: seedCluster, source: { recordEvents: true } });
+  await waitFor("the Starting Event", () => h.server.events.length === 1);
+  const [{ namespace, apiVersion, event }] = h.server.events;
+  assert.equal(namespace, "default");
+  assert.equal(apiVersion, "events.k8s.io/v1");
+  assert.equal(event.reason, "Starting");
+  assert.equal(event.type, "Normal");
+  assert.equal(event.reportingController, "kube-proxy");
+  assert.equal(event.reportingInstance, "kube-proxy-node-a");
+  assert.deepEqual(event.regarding, { kind: "Node", name: "node-a", uid: "node-a" });
+  const post = h.server.requests.find((r) => r.method === "POST")!;
+  assert.equal(post.authorization, "Bearer test-token", "with the source's credentials");
+});
+
+Deno.test("ApiSource records FailedToStartServiceHealthcheck on the Service whose health-check port cannot be bound", async () => {
+  await using h = await startHarness({ seed: seedCluster, source: { recordEvents: true } });
+  await waitFor("the initial sync", () => h.synced() === 1);
+  const busy = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const health = new ServiceHealthServer({
+    proxyHealthy: () => true,
+    ...healthCheckEvents(h.source, "node-a"),
+  });
+  try {
+    const services = new Map([["shop/cart", {
+      namespace: "shop",
+      name: "cart",
+      port: busy.addr.port,
+      localEndpoints: 1,
+    }]]);
+    await health.sync(services, { bindIPs: ["127.0.0.1"] });
+    await health.sync(services, { bindIPs: ["127.0.0.1"] }); // still busy: recorded once
+    await waitFor(
+      "the Warning",
+      () => h.server.events.some((e) => e.event.reason === "FailedToStartServiceHealthcheck"),
+    );
+    const warnings = h.server.events.filter((e) => e.event.type === "Warning");
+    assert.equal(warnings.length, 1);
+    assert.equal(warnings[0].namespace, "shop");
+    assert.equal(warnings[0].event.action, "Listen");
+    assert.deepEqual(warnings[0].event.regarding, {
+      kind: "Service",
+      namespace: "shop",
+      name: "cart",
+      uid: "shop/cart",
+    });
+    assert.match(
+      String(warnings[0].event.note),
+      new RegExp(
+        `^node node-a failed to start healthcheck "shop/cart" on port ${busy.addr.port}: `,
+      ),
+    );
+  } finally {
+    busy.close();
+    await health.close();
+  }
+});
+
+Deno.test("ApiSource records no Event without recordEvents (one-shot runs, explain)", async () => {
+  await using h = await startHarness({ seed: seedCluster });
+  await waitFor("the initial sync", () => h.synced() === 1);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  assert.deepEqual(h.server.events, []);
+  assert.equal(h.server.requests.filter((r) => r.method !== "GET").length, 0);
 });
 
 Deno.test("ApiSource does not let a failing ServiceCIDR list hold up the initial sync", async () => {

@@ -72,6 +72,8 @@ export class Reflector {
   #rv?: string;
   /** The optional resource was absent at the last LIST. */
   #absent = false;
+  /** The version read now: the options' own, or their `fallback` when the server lacks it. */
+  #served: { readonly apiVersion: string; readonly path: string };
   /** When the last watch expired (410), ms since the epoch. */
   #expiredAt = 0;
   /** The last resourceVersion seen from a LIST, a watch event or a bookmark. */
@@ -86,6 +88,12 @@ export class Reflector {
     this.#o = options;
     this.#backoff = new Backoff(options.backoff);
     this.#watchListUsable = options.watchList ?? true;
+    this.#served = { apiVersion: options.apiVersion, path: options.path };
+  }
+
+  /** The API version objects are read at now (the fallback's when the server lacks the other). */
+  get apiVersion(): string {
+    return this.#served.apiVersion;
   }
 
   /**
@@ -185,6 +193,8 @@ export class Reflector {
     // client-go pages only reads that go to etcd; the watch cache answers in one piece.
     let limit = listRV === "" || listRV === "0" ? this.#o.pageSize : 0;
     let token = "";
+    const wasFallback = this.#served.path !== this.#o.path;
+    this.#served = { apiVersion: this.#o.apiVersion, path: this.#o.path };
     for (;;) {
       const query = this.#query({
         resourceVersion: token === "" ? listRV : "",
@@ -204,6 +214,20 @@ export class Reflector {
       });
       if ("error" in page) {
         const { status } = page.error;
+        const { fallback } = this.#o;
+        if (
+          status === 404 && token === "" && fallback !== undefined &&
+          this.#served.path !== fallback.path
+        ) {
+          if (!wasFallback) {
+            this.#o.log(
+              `${this.#o.kind}s are not served at ${this.#o.apiVersion} ` +
+                `(${page.error.message}); reading ${fallback.apiVersion}`,
+            );
+          }
+          this.#served = fallback;
+          continue;
+        }
         if (this.#o.optional && (status === 404 || status === 403)) {
           if (!this.#absent) {
             this.#o.log(
@@ -254,6 +278,9 @@ export class Reflector {
     await this.#replace(next, resourceVersion);
     this.#lastSyncRVUnavailable = false;
     this.#absent = false;
+    if (wasFallback && this.#served.path === this.#o.path) {
+      this.#o.log(`${this.#o.kind}s are served at ${this.#o.apiVersion} now; reading it`);
+    }
     return true;
   }
 
@@ -265,6 +292,7 @@ export class Reflector {
    * thrown, as a watch's are.
    */
   async #watchList(): Promise<boolean> {
+    this.#served = { apiVersion: this.#o.apiVersion, path: this.#o.path };
     const timeoutSeconds = Math.floor(this.#o.watchTimeoutSeconds * (1 + Math.random()));
     const query = this.#query({
       watch: "1",
@@ -411,10 +439,15 @@ export class Reflector {
    * with {@link #kick} the watchdog's while it runs.
    */
   #request<T>(query: string, consume: (response: Response) => Promise<T>): Promise<T> {
-    return watchedRequest(this.#o.get, `${this.#o.path}?${query}`, this.#o, (response, kick) => {
-      this.#kick = kick;
-      return consume(response).finally(() => this.#kick = () => {});
-    });
+    return watchedRequest(
+      this.#o.get,
+      `${this.#served.path}?${query}`,
+      this.#o,
+      (response, kick) => {
+        this.#kick = kick;
+        return consume(response).finally(() => this.#kick = () => {});
+      },
+    );
   }
 
   #query(params: Record<string, string>): string {
@@ -438,7 +471,7 @@ export class Reflector {
       );
       return undefined;
     }
-    return { ...object, kind: this.#o.kind, apiVersion: this.#o.apiVersion };
+    return { ...object, kind: this.#o.kind, apiVersion: this.#served.apiVersion };
   }
 
   get #maxEventBytes(): number {

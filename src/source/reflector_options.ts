@@ -37,6 +37,13 @@ export interface ReflectorOptions {
    * up the initial sync) and is retried with backoff. Default false.
    */
   optional?: boolean;
+  /**
+   * The resource as older servers serve it, listed when a LIST of `path` answers 404
+   * (ServiceCIDR: `networking.k8s.io/v1beta1` on 1.31/1.32 clusters, which upstream's
+   * kube-proxy of those releases watches). Every fresh LIST asks for `path` first, so an
+   * upgraded cluster is read at the newer version. Default none.
+   */
+  fallback?: { readonly apiVersion: string; readonly path: string };
   /** Sends a GET for a path with query; the reflector aborts `signal` to cancel it. */
   get(path: string, signal: AbortSignal): Promise<Response>;
   /** Receives every change, in order. */

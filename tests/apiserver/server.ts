@@ -20,7 +20,10 @@
  * makes an object match is an `ADDED`, one that makes it stop matching a `DELETED`. Writes
  * happen only through the programmatic API ({@link TestApiServer.create},
  * {@link TestApiServer.update}, {@link TestApiServer.delete}, {@link TestApiServer.load} for
- * many objects at once); HTTP is read-only.
+ * many objects at once); over HTTP the only write is creating an Event (`events.k8s.io/v1` or
+ * core `v1`), which is kept in {@link TestApiServer.events} for the test to read.
+ * ServiceCIDRs are served at `networking.k8s.io/v1`, or only at `v1beta1` as 1.31/1.32 clusters
+ * do ({@link TestApiServerOptions.serviceCIDRVersion}).
  *
  * Sized for benchmarks too: stored objects are shared (never copied) by lists, snapshots and
  * watches, each object's JSON is written once and reused, and {@link TestApiServer.traffic}
@@ -71,7 +74,20 @@ const RESOURCES: readonly ResourceInfo[] = [
   },
 ];
 
-const RESOURCE_BY_KIND = new Map(RESOURCES.map((r) => [r.kind, r]));
+/** ServiceCIDRs as 1.31 and 1.32 clusters serve them (beta, off by default there). */
+const SERVICE_CIDR_V1BETA1: ResourceInfo = {
+  kind: "ServiceCIDR",
+  apiVersion: "networking.k8s.io/v1beta1",
+  prefix: "/apis/networking.k8s.io/v1beta1",
+  plural: "servicecidrs",
+  namespaced: false,
+};
+
+/** Where Events are created: `events.k8s.io/v1` and core `v1`, in a namespace. */
+const EVENTS_PATH = /^\/(?:apis\/events\.k8s\.io\/v1|api\/v1)\/namespaces\/([^/]+)\/events$/;
+
+/** The largest Event body the server takes. */
+const MAX_EVENT_BYTES = 1 << 20;
 
 /** Default number of write events kept for watches to resume from. */
 const DEFAULT_HISTORY_LIMIT = 1000;
@@ -112,6 +128,11 @@ export interface TestApiServerOptions {
   historyLimit?: number;
   /** Period of BOOKMARK events on watches that allow them, ms; 0 disables. Default 1000. */
   bookmarkIntervalMs?: number;
+  /**
+   * The version ServiceCIDRs are served at: `v1` (1.33 and later) or only `v1beta1` (1.31 and
+   * 1.32; a LIST at `v1` then answers 404). Default `v1`.
+   */
+  serviceCIDRVersion?: "v1" | "v1beta1";
 }
 
 /** Options of {@link TestApiServer.failNext}. */
@@ -227,6 +248,9 @@ export class TestApiServer implements AsyncDisposable {
   readonly #hostname: string;
   #port: number;
   #watchList: boolean;
+  /** What each kind is served as (ServiceCIDR's version is an option). */
+  readonly #resources: readonly ResourceInfo[];
+  readonly #resourceByKind: ReadonlyMap<ObjectKind, ResourceInfo>;
 
   #rv = 0;
   /** Watches may resume from any version at or above this one. */
@@ -254,13 +278,23 @@ export class TestApiServer implements AsyncDisposable {
   /** Every request received, oldest first (bounded). */
   readonly requests: RecordedRequest[] = [];
 
+  /**
+   * The Events clients created, oldest first, each as posted with its namespace (from the
+   * path) and the API version it was posted to.
+   */
+  readonly events: { namespace: string; apiVersion: string; event: RawObject }[] = [];
+
   private constructor(options: TestApiServerOptions) {
     this.#historyLimit = options.historyLimit ?? DEFAULT_HISTORY_LIMIT;
     this.#bookmarkIntervalMs = options.bookmarkIntervalMs ?? DEFAULT_BOOKMARK_INTERVAL_MS;
     this.#hostname = options.hostname ?? "127.0.0.1";
     this.#port = options.port ?? 0;
     this.#watchList = options.watchList ?? true;
-    for (const r of RESOURCES) this.#objects.set(r.kind, new Map());
+    this.#resources = options.serviceCIDRVersion === "v1beta1"
+      ? RESOURCES.map((r) => r.kind === "ServiceCIDR" ? SERVICE_CIDR_V1BETA1 : r)
+      : RESOURCES;
+    this.#resourceByKind = new Map(this.#resources.map((r) => [r.kind, r]));
+    for (const r of this.#resources) this.#objects.set(r.kind, new Map());
   }
 
   /** Starts a server listening on 127.0.0.1. */
@@ -300,7 +334,7 @@ export class TestApiServer implements AsyncDisposable {
    * `creationTimestamp`, `kind` and `apiVersion`). Throws if the object already exists.
    */
   create(kind: ObjectKind, object: RawObject): RawObject {
-    const resource = RESOURCE_BY_KIND.get(kind)!;
+    const resource = this.#resourceByKind.get(kind)!;
     const stored = normalize(resource, object);
     const key = keyOf(resource, stored);
     const objects = this.#objects.get(kind)!;
@@ -323,7 +357,7 @@ export class TestApiServer implements AsyncDisposable {
    * storing anything if an object is unnamed or exists already (or twice in `objects`).
    */
   load(kind: ObjectKind, objects: readonly RawObject[]): void {
-    const resource = RESOURCE_BY_KIND.get(kind)!;
+    const resource = this.#resourceByKind.get(kind)!;
     const stored = objects.map((object) => normalizeShallow(resource, object));
     const keys = stored.map((object) => keyOf(resource, object));
     const existing = this.#objects.get(kind)!;
@@ -361,7 +395,7 @@ export class TestApiServer implements AsyncDisposable {
    * object does not exist.
    */
   update(kind: ObjectKind, object: RawObject): RawObject {
-    const resource = RESOURCE_BY_KIND.get(kind)!;
+    const resource = this.#resourceByKind.get(kind)!;
     const stored = normalize(resource, object);
     const key = keyOf(resource, stored);
     const objects = this.#objects.get(kind)!;
@@ -383,7 +417,7 @@ export class TestApiServer implements AsyncDisposable {
    * `DELETED`, carrying the deletion's resourceVersion. Throws if the object does not exist.
    */
   delete(kind: ObjectKind, ref: ObjectRef | RawObject): void {
-    const resource = RESOURCE_BY_KIND.get(kind)!;
+    const resource = this.#resourceByKind.get(kind)!;
     const metadata: Record<string, unknown> = "metadata" in ref && isRecord(ref.metadata)
       ? ref.metadata
       : { ...ref };
@@ -513,7 +547,7 @@ export class TestApiServer implements AsyncDisposable {
     if (this.#stall !== undefined) return;
     for (const watcher of this.#watchers) {
       if (!watcher.bookmarks) continue;
-      const resource = RESOURCE_BY_KIND.get(watcher.kind)!;
+      const resource = this.#resourceByKind.get(watcher.kind)!;
       this.#send(watcher, {
         type: "BOOKMARK",
         object: {
@@ -591,7 +625,7 @@ export class TestApiServer implements AsyncDisposable {
     const url = new URL(request.url);
     const params = Object.fromEntries(url.searchParams);
     const watch = params.watch === "1" || params.watch === "true";
-    const route = parsePath(url.pathname);
+    const route = parsePath(url.pathname, this.#resources);
     if (this.requests.length < MAX_RECORDED_REQUESTS) {
       this.requests.push({
         method: request.method,
@@ -638,6 +672,10 @@ export class TestApiServer implements AsyncDisposable {
     if (failure !== undefined) {
       return statusResponse(failure, `injected failure (${failure})`);
     }
+    const eventsPath = EVENTS_PATH.exec(url.pathname);
+    if (request.method === "POST" && eventsPath !== null) {
+      return await this.#createEvent(request, decodeURIComponent(eventsPath[1]), url.pathname);
+    }
     if (request.method !== "GET") {
       return statusResponse(405, `the test API server is read-only, ${request.method} refused`);
     }
@@ -664,6 +702,25 @@ export class TestApiServer implements AsyncDisposable {
     if (invalid !== undefined) return invalidResponse(invalid);
     if (watch) return this.#watch(query, params, shape, info.completed);
     return this.#list(query, params);
+  }
+
+  /** Takes an Event as the real server does: 201 with the object, 400 if not JSON. */
+  async #createEvent(request: Request, namespace: string, path: string): Promise<Response> {
+    const text = await request.text();
+    if (text.length > MAX_EVENT_BYTES) return statusResponse(413, "the Event is too large");
+    let event: unknown;
+    try {
+      event = JSON.parse(text);
+    } catch {
+      return statusResponse(400, "the Event is not JSON");
+    }
+    if (!isRecord(event)) return statusResponse(400, "the Event is not an object");
+    const apiVersion = path.startsWith("/api/v1/") ? "v1" : "events.k8s.io/v1";
+    this.events.push({ namespace, apiVersion, event });
+    return new Response(JSON.stringify(event), {
+      status: 201,
+      headers: { "content-type": "application/json" },
+    });
   }
 
   #countRequest(verb: keyof Omit<Traffic, "shapes">, shape: string): void {
@@ -897,7 +954,7 @@ export class TestApiServer implements AsyncDisposable {
     return streamResponse(body);
   }
   #discovery(path: string): unknown {
-    const served = RESOURCES.filter((r) => !this.#unserved.has(r.kind));
+    const served = this.#resources.filter((r) => !this.#unserved.has(r.kind));
     if (path === "/api") {
       return { kind: "APIVersions", versions: ["v1"], serverAddressByClientCIDRs: [] };
     }
@@ -1016,12 +1073,12 @@ interface Route {
 }
 
 /** Maps a URL path to a discovery document or a (namespaced) resource collection or object. */
-function parsePath(path: string): Route | undefined {
+function parsePath(path: string, resources: readonly ResourceInfo[]): Route | undefined {
   const trimmed = path.replace(/\/+$/, "") || "/";
   if (trimmed === "/api" || trimmed === "/apis" || trimmed === "/api/v1") {
     return { discovery: trimmed };
   }
-  for (const resource of RESOURCES) {
+  for (const resource of resources) {
     if (resource.prefix !== "/api/v1" && trimmed === resource.prefix) {
       return { discovery: trimmed };
     }
