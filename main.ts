@@ -30,6 +30,7 @@ import { helpText, parseCommandLine, toKubeProxyConfiguration } from "./src/conf
 import { createLogger, type Logger } from "./src/log.ts";
 import { readNodeFacts } from "./src/node/node_facts.ts";
 import { runProxy } from "./src/runner/proxy.ts";
+import { healthTimeoutMs, ProxyHealth } from "./src/server/health.ts";
 import type { Source } from "./src/source/events.ts";
 import { reportUserErrors } from "./src/user_errors.ts";
 import { VERSION } from "./src/version.ts";
@@ -115,6 +116,10 @@ async function run(args: readonly string[]): Promise<number> {
     rulesIntact: kernel?.rulesIntact,
     rulesCheckIntervalMs: proxier.rulesCheckIntervalMs,
     serviceConnections: kernel?.serviceConnections,
+    health: new ProxyHealth({
+      healthTimeoutMs: healthTimeoutMs(config.syncPeriodMs),
+      families: node.families,
+    }),
   }, { once, signal: controller.signal });
   if (code !== 0 || !actions.dryRun) return code;
   let report;
@@ -150,6 +155,7 @@ async function createSource(
     hostname: config.hostname,
     log: (line) => log.info(line),
     syncTimeoutMs: options.once ? config.syncPeriodMs : undefined,
+    recordEvents: !options.once,
   });
 }
 

@@ -17,6 +17,7 @@ import {
   readDescriptorLimit,
 } from "../server/descriptor_limit.ts";
 import { type HttpServer, ServeError, type ServeOptions } from "../server/serve.ts";
+import { healthCheckEvents } from "../source/event_recorder.ts";
 import type { Clock } from "./clock.ts";
 import type { ProxyParts } from "./proxy.ts";
 
@@ -50,6 +51,7 @@ export function daemonParts(parts: ProxyParts, clock: Clock): DaemonParts {
       proxyHealthy: () => health.status().healthy,
       log: (line) => log.info(line),
       serveOptions,
+      ...healthCheckEvents(parts.source, config.hostname),
     }),
   };
 }
