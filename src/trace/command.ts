@@ -129,7 +129,8 @@ export function parseSelector(to: string | undefined, from: string | undefined):
       selector.port = port;
     }
     const proto = m[4]?.toLowerCase() as TraceSelector["protocol"];
-    selector.protocol = proto ?? (selector.port !== undefined ? "tcp" : undefined);
+    if (proto !== undefined) selector.protocol = proto;
+    else if (selector.port !== undefined) selector.protocol = "tcp";
   }
   if (from !== undefined) {
     const [addr, len, extra] = from.trim().split("/");
@@ -377,7 +378,7 @@ export function formatConnection(c: TracedConnection, n: number): string {
   ];
   for (const pass of c.chains) {
     const where = `${pass.table} ${pass.chain}${pass.hook ? ` (${pass.hook})` : ""}`;
-    const tag = pass.ours ? "" : "  [other table]";
+    const tag = pass.ours ? "" : " [other table]";
     // `jump services → jump services` says it once.
     const decision = pass.rule === null
       ? pass.verdict

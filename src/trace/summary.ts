@@ -58,7 +58,7 @@ export interface TraceSummary {
   readonly chains: readonly ChainPass[];
   /** The element naming the Service port, when one of our dispatch lookups matched. */
   readonly serviceLookup: ServiceLookup | null;
-  /** The Service port read from a per-service chain's name (`ns/name/proto/port`). */
+  /** The Service port read from a per-service chain's name, as `namespace/name:port`. */
   readonly serviceChain: string | null;
   /** Where the trace saw the packet go after DNAT (null: not DNATed, or not seen). */
   readonly dnatSeen: { readonly ip: string; readonly port: number | null } | null;
@@ -139,8 +139,7 @@ export function summarize(
     }
     if (!ours && !foreign.includes(table)) foreign.push(table);
     if (ours) {
-      const name = /^(?:external|sticky|sticky-local|endpoint)-[0-9a-z]+-(.+)$/.exec(event.chain);
-      if (name !== null && serviceChain === null) serviceChain = name[1];
+      serviceChain ??= servicePortOfChain(event.chain);
     }
     if (event.kind === "packet") continue;
     const rule = event.kind === "rule" ? event.rule : null;
@@ -232,4 +231,16 @@ function masqueradeWhy(chain: string, rule: string): string {
     why = "marked";
   }
   return `${why} (${chain}: ${rule})`;
+}
+
+/**
+ * The Service port a per-service chain is named after (`external-HASH-ns/name/proto/port`, see
+ * `serviceChainName` in render/nft/names.ts), as `namespace/name:port`; null for other chains.
+ */
+function servicePortOfChain(chain: string): string | null {
+  const m =
+    /^(?:external|sticky|sticky-local|endpoint)-[0-9A-Za-z]+-([^/]+)\/([^/]+)\/[a-z]+\/([^/_]*)/
+      .exec(chain);
+  if (m === null) return null;
+  return m[3] === "" ? `${m[1]}/${m[2]}` : `${m[1]}/${m[2]}:${m[3]}`;
 }
