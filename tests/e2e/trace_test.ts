@@ -268,6 +268,29 @@ Deno.test({
           await assertNoTraceTable(topo);
         },
       );
+
+      await t.step(
+        "the next trace replaces a killed one's table; SIGTERM removes its own",
+        async () => {
+          const args = [`--to=${ADDR.web}:80`, "--count=5", "--timeout=120s"];
+          const killed = await startTrace(topo, args);
+          Deno.kill(killed.pid, "SIGKILL");
+          await killed.finished;
+          assert.equal((await traceTables(topo)).length, 1);
+          const next = await startTrace(topo, args);
+          const listing = await topo.exec(topo.node.ns, [
+            "nft",
+            "list",
+            "table",
+            "inet",
+            "kube-nftproxy-trace",
+          ]);
+          assert.match(listing.stdout, new RegExp(`pid=${next.pid} `), "the new trace owns it");
+          Deno.kill(next.pid, "SIGTERM");
+          assert.equal(await next.finished, 0, next.output());
+          await assertNoTraceTable(topo);
+        },
+      );
     } finally {
       await proxy?.stop();
       await topo.cleanup();
