@@ -219,7 +219,7 @@ function masqueradeWhy(chain: string, rule: string): string {
   let why: string;
   if (chain === NAMES.services) {
     why = /saddr|iifname/.test(rule)
-      ? "an off-cluster source to a cluster IP"
+      ? "a source that is not a pod (off-cluster, or the node itself) to a cluster IP"
       : "masqueradeAll: every packet to a cluster IP";
   } else if (chain.startsWith("external-")) {
     why = /fib saddr type local/.test(rule)

@@ -47,7 +47,10 @@ for (const release of ["1.0.6", "1.1.3"]) {
       key: "10.96.0.10 . tcp . 80",
     });
     assert.equal(web.masquerade, true);
-    assert.match(web.masqueradeReason!, /^an off-cluster source to a cluster IP \(services: /);
+    assert.match(
+      web.masqueradeReason!,
+      /^a source that is not a pod \(off-cluster, or the node itself\) to a cluster IP \(services: /,
+    );
     assert.deepEqual(web.dnatSeen, { ip: "10.244.1.12", port: 8080 });
     assert.deepEqual(web.foreignTables, ["inet knp-firewall"]);
     assert.deepEqual(

@@ -154,13 +154,26 @@ Deno.test({
                 c.chains.some((p) => p.chain === "services" && p.rule?.includes("@service-ips")),
               );
               assert.equal(c.masquerade, true, "an off-cluster client to a cluster IP");
-              assert.match(c.masqueradeReason ?? "", /off-cluster source/);
+              assert.match(c.masqueradeReason ?? "", /a source that is not a pod/);
               assert.equal(c.sourceRewritten, true);
               assertAgree(c, e);
             }
           }
         },
       );
+
+      await t.step("the node's own connections: output hook, the pod that answered", async () => {
+        const to = `${ADDR.web}:80`;
+        let pods: string[] = [];
+        const traced = await traceWhile(topo, [`--to=${to}`, "--count=3"], async () => {
+          pods = await answered(topo, topo.node.ns, to, 3);
+        });
+        assert.deepEqual(traced.map((c) => podOf(topo, c.endpoint?.ip)), pods);
+        for (const c of traced) {
+          assert.deepEqual(c.hooks, ["output", "postrouting"]);
+          assert.equal(c.servicePort, "default/web:http");
+        }
+      });
 
       await t.step(
         "a NodePort with externalTrafficPolicy Local: the local endpoint, not masqueraded",
