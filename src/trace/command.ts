@@ -17,7 +17,13 @@ import { parseTraceLine, type TraceEvent } from "./events.ts";
 import { type ConntrackEntry, elementComment, parseChainHooks } from "./kernel_text.ts";
 import type { LeftoverOutcome } from "./leftover.ts";
 import { type Flow, summarize, type TraceSummary } from "./summary.ts";
-import { armScript, disarmScript, type TraceOwner, type TraceSelector } from "./table.ts";
+import {
+  armScript,
+  disarmScript,
+  type TraceOwner,
+  type TraceSelector,
+  traceTableName,
+} from "./table.ts";
 
 /** What the command reads and changes. */
 export interface TraceIO {
@@ -27,8 +33,15 @@ export interface TraceIO {
   applyNft(script: string): Promise<void>;
   /** Deletes a leftover trace table (see leftover.ts). */
   removeLeftover(table: string): Promise<LeftoverOutcome>;
-  /** Starts `nft monitor trace`: its lines, until `stop()`. */
-  monitor(): { readonly lines: AsyncIterable<string>; stop(): Promise<void> };
+  /**
+   * Starts `nft monitor trace`: its lines, until `stop()`; `ready` resolves once it listens (or
+   * it cannot be told).
+   */
+  monitor(): {
+    readonly lines: AsyncIterable<string>;
+    readonly ready: Promise<void>;
+    stop(): Promise<void>;
+  };
   /** The conntrack entry of a flow (`conntrack -G`), or null. */
   conntrack(flow: Flow): Promise<ConntrackEntry | null>;
   /** Who this process is, for the trace table's comment (`until` is filled in here). */
@@ -203,8 +216,8 @@ async function runTrace(
   const signal = io.signalled();
   let armed = false;
   try {
-    // The monitor subscribes before the first traced packet can exist.
-    await new Promise((r) => setTimeout(r, 200));
+    // The monitor listens before the first traced packet can exist.
+    await monitor.ready;
     await io.applyNft(armScript(table, selector, owner));
     armed = true;
     const hooks = parseChainHooks(await io.nft(["list", "chains"]));
@@ -265,7 +278,6 @@ class Reporter {
   >();
   readonly #seen = new Set<string>();
   readonly #pending = new Set<Promise<void>>();
-  readonly #enriched: Promise<TracedConnection>[] = [];
   #printed: Promise<void> = Promise.resolve();
   #finish!: () => void;
   /** Resolves once `count` connections were reported. */
@@ -290,8 +302,7 @@ class Reporter {
       clearTimeout(packet.timer);
       packet.timer = setTimeout(() => this.#close(event.id), QUIET_MS);
     }
-    // The monitor ended: nothing more will come.
-    await new Promise<void>(() => {});
+    throw new Error("nft monitor trace ended early");
   }
 
   /** Reports what is still open and waits for reports under way. */
@@ -309,7 +320,7 @@ class Reporter {
     this.#packets.delete(id);
     const summary = summarize(packet.events, {
       table: this.#options.table,
-      traceTable: `${this.#options.table}-trace`,
+      traceTable: traceTableName(this.#options.table),
       hooks: this.#options.hooks,
     });
     if (summary === null) return;
@@ -319,10 +330,9 @@ class Reporter {
     if (this.#seen.has(key) || this.reported >= this.#options.count) return;
     this.#seen.add(key);
     this.reported++;
-    const n = this.#enriched.length + 1;
+    const n = this.reported;
     // Looked up at once, printed in the order the connections were traced.
     const enriched = enrich(this.#io, this.#options.table, summary);
-    this.#enriched.push(enriched);
     const report = this.#printed = Promise.all([this.#printed, enriched])
       .then(([, connection]) => this.#print(connection, n));
     this.#pending.add(report);

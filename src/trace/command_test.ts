@@ -6,7 +6,9 @@ const fixture = (name: string) =>
   Deno.readTextFile(new URL(`../../tests/fixtures/trace/${name}`, import.meta.url));
 
 /** A kernel that replays captured trace lines and answers lookups from tables. */
-function fakeIO(options: { lines?: string[]; chains?: string; leftover?: LeftoverOutcome } = {}) {
+function fakeIO(
+  options: { lines?: string[]; chains?: string; leftover?: LeftoverOutcome; dies?: boolean } = {},
+) {
   const applied: string[] = [];
   const printed: string[] = [];
   const errors: string[] = [];
@@ -26,16 +28,23 @@ function fakeIO(options: { lines?: string[]; chains?: string; leftover?: Leftove
       return Promise.resolve();
     },
     removeLeftover: () => Promise.resolve(options.leftover ?? "none"),
-    monitor: () => ({
-      lines: (async function* () {
-        await new Promise((r) => setTimeout(r, 250)); // armed meanwhile
-        for (const line of options.lines ?? []) yield line;
-      })(),
-      stop: () => {
-        stopped = true;
-        return Promise.resolve();
-      },
-    }),
+    monitor: () => {
+      let stop!: () => void;
+      const stopping = new Promise<void>((r) => stop = r);
+      return {
+        lines: (async function* () {
+          await new Promise((r) => setTimeout(r, 50)); // armed meanwhile
+          for (const line of options.lines ?? []) yield line;
+          if (!options.dies) await stopping; // like nft, it runs until stopped
+        })(),
+        ready: Promise.resolve(),
+        stop: () => {
+          stopped = true;
+          stop();
+          return Promise.resolve();
+        },
+      };
+    },
     conntrack: (flow) =>
       Promise.resolve({
         original: {
@@ -121,4 +130,11 @@ Deno.test("parseSelector() reads --to with and without port and protocol, and --
   assert.throws(() => parseSelector("10.96.0.10:80", "fd00::/64"), /different IP families/);
   assert.throws(() => parseSelector(undefined, "10.0.0.0/33"), /prefix length/);
   assert.throws(() => parseSelector("web:80", undefined), /not an IP address/);
+});
+
+Deno.test("trace fails when nft monitor ends, and still removes its table", async () => {
+  const fake = fakeIO({ lines: [], dies: true });
+  assert.equal(await traceCommand(["--to=10.96.0.10:80", "--timeout=30s"], fake.io), 1);
+  assert.match(fake.errors.join("\n"), /nft monitor trace ended early/);
+  assert.match(fake.applied.at(-1)!, /^add table inet kube-nftproxy-trace\ndelete table/);
 });

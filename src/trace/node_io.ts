@@ -44,6 +44,7 @@ export function nodeTraceIO(options: NodeTraceIOOptions = {}): TraceIO {
       }).spawn();
       return {
         lines: lines(child.stdout),
+        ready: subscribed(child.pid),
         stop: async () => {
           try {
             child.kill("SIGTERM");
@@ -101,4 +102,27 @@ async function* lines(stream: ReadableStream<Uint8Array>): AsyncIterable<string>
     }
   }
   if (pending !== "") yield pending;
+}
+
+/** NETLINK_NETFILTER, and the bit of its trace group (NFNLGRP_NFTRACE = 9) in /proc's mask. */
+const NETLINK_NETFILTER = 12;
+const NFTRACE_GROUP_BIT = 1 << (9 - 1);
+
+/**
+ * Resolves once process `pid` has joined the netfilter trace group (its socket in
+ * /proc/PID/net/netlink, whose port id is its pid), or after 2 s at most: a trace armed before
+ * would lose its first packets' events.
+ */
+async function subscribed(pid: number): Promise<void> {
+  const deadline = Date.now() + 2_000;
+  while (Date.now() < deadline) {
+    const table = await Deno.readTextFile(`/proc/${pid}/net/netlink`).catch(() => "");
+    const joined = table.split("\n").some((line) => {
+      const [, eth, port, groups] = line.trim().split(/\s+/);
+      return Number(eth) === NETLINK_NETFILTER && Number(port) === pid &&
+        (parseInt(groups, 16) & NFTRACE_GROUP_BIT) !== 0;
+    });
+    if (joined) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
 }
