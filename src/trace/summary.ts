@@ -104,18 +104,9 @@ export function summarize(
   const flow = flowOf(first);
   const hooks: string[] = [];
   const chains: ChainPass[] = [];
-  let current: { table: string; chain: string; ours: boolean; hook: string | null } | null = null;
-  let decided: { rule: string | null; verdict: string } | null = null;
-  const close = () => {
-    if (current === null) return;
-    chains.push({
-      ...current,
-      rule: decided?.rule ?? null,
-      verdict: decided?.verdict ?? "continue",
-    });
-    current = null;
-    decided = null;
-  };
+  /** The pass under way: its chain, and its decision once a rule, policy or end gave one. */
+  let pass: { -readonly [K in keyof ChainPass]: ChainPass[K] } | null = null;
+  let decided = false;
   let serviceLookup: ServiceLookup | null = null;
   let serviceChain: string | null = null;
   let masquerade = false;
@@ -126,41 +117,46 @@ export function summarize(
   for (const event of events) {
     const table = `${event.family} ${event.table}`;
     if (event.table === context.traceTable) {
-      if (event.kind === "packet") pushHook(hooks, event.chain); // its chains are named after their hooks
+      // Its chains are named after their hooks; it decides nothing.
+      if (event.kind === "packet") pushHook(hooks, event.chain);
       continue;
     }
     const ours = event.table === context.table;
     const hook = context.hooks.get(`${table} ${event.chain}`) ?? null;
-    if (event.kind === "packet" && hook !== null) pushHook(hooks, hook);
-    const c = current as { table: string; chain: string } | null;
-    if (c === null || c.table !== table || c.chain !== event.chain || event.kind === "packet") {
-      close();
-      current = { table, chain: event.chain, ours, hook };
+    // A packet line opens a base chain; a rule elsewhere means a jump, goto or return.
+    if (
+      pass === null || event.kind === "packet" || pass.table !== table ||
+      pass.chain !== event.chain
+    ) {
+      pass = { table, chain: event.chain, ours, hook, rule: null, verdict: "continue" };
+      decided = false;
+      chains.push(pass);
     }
     if (!ours && !foreign.includes(table)) foreign.push(table);
-    if (ours) {
-      serviceChain ??= servicePortOfChain(event.chain);
+    if (ours) serviceChain ??= servicePortOfChain(event.chain);
+    if (event.kind === "packet") {
+      if (hook !== null) pushHook(hooks, hook);
+      continue;
     }
-    if (event.kind === "packet") continue;
     const rule = event.kind === "rule" ? event.rule : null;
     const said = event.kind === "policy" ? `policy ${event.verdict}` : event.verdict;
-    if (event.kind === "rule" && event.verdict !== "continue") decided = { rule, verdict: said };
-    else if (event.kind !== "rule") decided ??= { rule: null, verdict: said };
+    if (event.kind === "rule" ? event.verdict !== "continue" : !decided) {
+      pass.rule = rule;
+      pass.verdict = said;
+      decided = true;
+    }
     if (ours && rule !== null && event.verdict !== "continue") {
-      const lookup = lookupOf(rule, event.family, flow);
-      if (lookup !== null) serviceLookup = lookup;
+      serviceLookup = lookupOf(rule, event.family, flow) ?? serviceLookup;
       if (event.verdict === `jump ${NAMES.markForMasquerade}`) {
         masqueradeReason = masqueradeWhy(event.chain, rule);
       }
       if (event.chain === NAMES.masquerading && /\bmasquerade\b/.test(rule)) masquerade = true;
     }
     if (event.verdict === "drop" && verdict === "accepted") {
-      const pass: ChainPass = { table, chain: event.chain, ours, hook, rule, verdict: said };
-      verdict = rule !== null && /^reject\b|\breject\b/.test(rule) ? "rejected" : "dropped";
-      decidedBy = pass;
+      verdict = rule !== null && /\breject\b/.test(rule) ? "rejected" : "dropped";
+      decidedBy = { ...pass };
     }
   }
-  close();
   return {
     traceId: events[0].id,
     flow,
