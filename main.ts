@@ -51,6 +51,11 @@ async function run(args: readonly string[]): Promise<number> {
     const { nodeExplainIO } = await import("./src/explain/node_io.ts");
     return await explainCommand(args.slice(1), nodeExplainIO({ nftPath }));
   }
+  if (args[0] === "trace") {
+    const { traceCommand } = await import("./src/trace/command.ts");
+    const { nodeTraceIO } = await import("./src/trace/node_io.ts");
+    return await traceCommand(args.slice(1), nodeTraceIO({ nftPath }));
+  }
   const { config, actions, warnings } = await parseCommandLine(args);
   if (actions.showHelp) return print(helpText());
   if (actions.showVersion) return print(`kube-nftproxy ${VERSION}`);

@@ -18,6 +18,8 @@
 # - tests/e2e/dry_run_test.ts: `--dry-run` prints no change right after a sync, its diff
 #   applies, and `explain --live` agrees with the kernel;
 # - tests/e2e/explain_test.ts: `explain --live` on every semantics case;
+# - tests/e2e/trace_test.ts: `trace` reads `nft monitor trace`, element comments and chain
+#   hooks as this release prints them;
 # - tests/e2e/counters_test.ts: per-service counters match the connections made;
 # - tests/e2e/affinity_sync_test.ts: ClientIP affinity entries survive a sync;
 # - tests/e2e/semantics_test.ts: the packet-flow cases, self-healing after `nft flush
@@ -63,6 +65,7 @@ PROPERTY_RUNS="${PROPERTY_RUNS:-200}" $DENO test -A \
   src/apply/families_test.ts \
   tests/e2e/dry_run_test.ts \
   tests/e2e/explain_test.ts \
+  tests/e2e/trace_test.ts \
   tests/e2e/counters_test.ts \
   tests/e2e/affinity_sync_test.ts \
   tests/e2e/semantics_test.ts \

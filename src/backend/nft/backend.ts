@@ -6,7 +6,8 @@
  * chains over netlink (apply/nft_watch.ts; one check-only `nft -c` where FFI is not allowed), reads per-service connection counters
  * from the dispatch maps over netlink (apply/service_counters.ts, apply/nft_netlink.ts), deletes stale ClientIP affinity entries from the
  * shared IPv4 map (apply/affinity.ts), and diffs a dry run against the listed tables
- * (dryrun/, loaded only for a dry run).
+ * (dryrun/, loaded only for a dry run). After each full sync it deletes a trace table a killed
+ * `kube-nftproxy trace` left behind (never one whose `trace` still runs: trace/leftover.ts).
  *
  * @module
  */
@@ -26,7 +27,9 @@ import {
 } from "../../apply/service_counters.ts";
 import type { Config } from "../../config/config.ts";
 import type { IPFamily } from "../../model/service_port.ts";
+import type { Planner } from "../../render/planner.ts";
 import { NftPlanner } from "../../render/nft/planner.ts";
+import { removeLeftoverTrace } from "../../trace/leftover.ts";
 import { ipFamilyOf, nftFamilyOf } from "../../render/nft/transaction.ts";
 import { type Backend, type BackendContext, DryRunError, type Proxier } from "../backend.ts";
 
@@ -81,9 +84,23 @@ function nftProxier(
     ? netlinkServiceCounterReader
     : nftServiceCounterReader;
   const counters = new ServiceCounters(counterReader(table, { ...nft, families: nftFamilies }));
+  /** The script of the last full plan: applying it is a full sync. */
+  let fullScript: string | null = null;
+  const syncPlanner: Planner = {
+    plan: (input, request) => {
+      const plan = planner.plan(input, request);
+      fullScript = plan.full ? plan.script : null;
+      return plan;
+    },
+    reset: () => planner.reset(),
+  };
   return {
-    planner,
-    apply: (script) => applyNft(script, nft),
+    planner: syncPlanner,
+    apply: async (script) => {
+      await applyNft(script, nft);
+      // Best effort: a leftover trace only costs traced packets, never a sync.
+      if (script === fullScript) await removeLeftoverTrace(table, nft).catch(() => {});
+    },
     rulesIntact: nftRulesChecker(table, { ...nft, families: nftFamilies }),
     cleanStaleAffinity: () => cleanStaleAffinity(planner, { table, ...nft }),
     serviceConnections: () => counters.read(),
