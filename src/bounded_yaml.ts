@@ -53,6 +53,11 @@ export interface BoundedYamlOptions {
   maxDepth?: number;
   /** What aliases may repeat. Default `AliasBudget.forLength(text.length)`. */
   aliases?: AliasBudget;
+  /**
+   * A key repeated in one mapping: refused (a YAMLException "duplicated mapping key", the
+   * default) or allowed, the last value winning, as Go's lenient YAML reader does.
+   */
+  duplicateKeys?: "refuse" | "last-wins";
 }
 
 /**
@@ -77,7 +82,8 @@ export function loadYamlDocuments(text: string, options: BoundedYamlOptions = {}
       budget: options.aliases ?? AliasBudget.forLength(text.length),
     });
   }
-  return constructFromEvents(events, { source: text, filename });
+  const json = options.duplicateKeys === "last-wins";
+  return constructFromEvents(events, { source: text, filename, json });
 }
 
 /** What an anchored value stands for once expanded: its values and its nesting. */

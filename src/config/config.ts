@@ -71,6 +71,11 @@ export interface Config {
    * `bindAddressHardFail`); otherwise binding is retried. Default false.
    */
   bindAddressHardFail: boolean;
+  /**
+   * The proxy process's `oom_score_adj` (-1000 to 1000), written to `/proc/self/oom_score_adj`
+   * at start-up as upstream does, so that the kernel's OOM killer spares the proxy. Default -999.
+   */
+  oomScoreAdj: number;
   /** Name of the nft table (both `ip` and `ip6` families). Default `kube-nftproxy`. */
   tableName: string;
   /**
@@ -85,6 +90,21 @@ export interface Config {
   master: string;
   /** Take objects from this YAML file instead of the API server. */
   fromFile: string;
+  /**
+   * The largest `--from-file` cluster file read, in bytes (an extension of ours); a larger file
+   * is refused. Default 128 MiB.
+   */
+  maxClusterFileBytes: number;
+  /**
+   * The largest LIST answer read from the API server, in bytes (an extension of ours); a larger
+   * one is an error and retried. Default 256 MiB.
+   */
+  maxListBytes: number;
+  /**
+   * The largest single watch event read from the API server, in bytes (an extension of ours);
+   * a larger one ends the watch, which is restarted. Default 16 MiB.
+   */
+  maxWatchEventBytes: number;
   /** Log verbosity (upstream `-v`). Default 0. */
   verbosity: number;
   /** Log line format (upstream `--logging-format`). Default `text`. */
@@ -128,11 +148,15 @@ export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze(
     healthzBindAddress: "0.0.0.0:10256",
     metricsBindAddress: "127.0.0.1:10249",
     bindAddressHardFail: false,
+    oomScoreAdj: -999,
     tableName: "kube-nftproxy",
     iptablesBackend: "auto",
     kubeconfig: "",
     master: "",
     fromFile: "",
+    maxClusterFileBytes: 128 * 2 ** 20,
+    maxListBytes: 256 * 2 ** 20,
+    maxWatchEventBytes: 16 * 2 ** 20,
     verbosity: 0,
     loggingFormat: "text",
     scheduler: "random",

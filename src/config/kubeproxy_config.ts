@@ -6,8 +6,12 @@
  * is kubeproxy_yaml.ts's.
  *
  * The file follows upstream's schema and decoding rules, quirks included:
- * - unknown fields are refused, as upstream's strict decoding does; every upstream field this
- *   proxy has no use for (ipvs, winkernel, featureGates, …) is accepted and ignored;
+ * - decoding is strict first and lenient when only strictness fails, as upstream's v1alpha1
+ *   decoding: unknown fields (removed ones such as `udpIdleTimeout`, misspelt ones) and
+ *   duplicate keys (the last wins) are reported in one warning and the file still loads; a
+ *   wrong type or a bad value stays an error naming the field;
+ * - every upstream field this proxy has no use for (winkernel, featureGates, enableProfiling, …)
+ *   is accepted, and when set reported once as ignored, saying why (unused_fields.ts);
  * - in `conntrack:`, a `null` (or absent) `maxPerCore`, `min`, `tcpEstablishedTimeout` or
  *   `tcpCloseWaitTimeout` is the default (they are pointers upstream), and 0 means "leave the
  *   kernel's value alone";
@@ -22,7 +26,8 @@
  * @module
  */
 import { dump } from "js-yaml";
-import { type Config, DEFAULT_CONFIG, type ProxyMode } from "./config.ts";
+import { type Config, DEFAULT_CONFIG, type LoggingFormat, type ProxyMode } from "./config.ts";
+import { unusedFields } from "./unused_fields.ts";
 import { ConfigError, invalidValue } from "./config_error.ts";
 import { formatGoDuration } from "./duration.ts";
 import {
@@ -34,6 +39,7 @@ import {
   KUBEADM_CONFIG_KEY,
   loadYaml,
   SECTION_FIELDS,
+  type StrictnessIssues,
   TOP_LEVEL_FIELDS,
 } from "./kubeproxy_yaml.ts";
 import {
@@ -42,12 +48,15 @@ import {
   checkConntrackCount,
   checkConntrackTimeout,
   checkHostPort,
+  checkLoggingFormat,
   checkMasqueradeBit,
   checkMinSyncPeriod,
   checkNodePortAddresses,
+  checkOomScoreAdj,
   checkSyncPeriod,
   checkVerbosity,
   DEFAULT_PORTS,
+  describeField,
   normalizeHostname,
   parseUpstreamDetectLocalMode,
   parseUpstreamProxyMode,
@@ -66,8 +75,9 @@ export interface ParseKubeProxyConfigurationOptions {
    */
   mode?: ProxyMode;
   /**
-   * Receives one line per setting the file gives that does not apply: a masquerade or sync
-   * setting in the section of the mode not in use. Default: dropped.
+   * Receives one line per kind of setting the file gives that does not apply: a masquerade or
+   * sync setting in the section of the mode not in use; upstream fields that have no effect
+   * here; and, once, the unknown and duplicate fields lenient decoding skipped. Default: dropped.
    */
   onWarning?: (line: string) => void;
 }
@@ -102,12 +112,23 @@ export function parseKubeProxyConfiguration(
   options: ParseKubeProxyConfigurationOptions = {},
 ): Partial<Config> {
   const where = options.source === undefined ? "config" : `config ${options.source}`;
-  const document = loadYaml(text, where);
+  const issues: StrictnessIssues = [];
+  const document = loadYaml(text, where, issues);
+  let result: Partial<Config>;
   if (isMapping(document) && document.kind === "ConfigMap") {
     const inner = configMapPayload(document, where);
-    return readKubeProxyConfiguration(loadYaml(inner.text, inner.where), inner.where, options);
+    const innerDocument = loadYaml(inner.text, inner.where, issues);
+    result = readKubeProxyConfiguration(innerDocument, inner.where, issues, options);
+  } else {
+    result = readKubeProxyConfiguration(document, where, issues, options);
   }
-  return readKubeProxyConfiguration(document, where, options);
+  if (issues.length > 0) {
+    // Upstream's words (cmd/kube-proxy/app/options.go), then what the strict decoder refused.
+    options.onWarning?.(
+      `${where}: using lenient decoding as strict decoding failed: ${issues.join(", ")}`,
+    );
+  }
+  return result;
 }
 
 /** Options of {@link toKubeProxyConfiguration}. */
@@ -151,6 +172,7 @@ export function toKubeProxyConfiguration(
     apiVersion: KUBE_PROXY_API_VERSION,
     kind: "KubeProxyConfiguration",
     bindAddress: config.bindAddress === "" ? "0.0.0.0" : config.bindAddress,
+    bindAddressHardFail: config.bindAddressHardFail,
     clientConnection: { kubeconfig: config.kubeconfig },
     clusterCIDR: noDetector ? "" : config.clusterCIDRs.join(","),
     conntrack: {
@@ -170,11 +192,12 @@ export function toKubeProxyConfiguration(
     healthzBindAddress: config.healthzBindAddress,
     hostnameOverride: options.hostnameOverride ?? config.hostname,
     iptables: section,
-    logging: { verbosity: config.verbosity },
+    logging: { format: config.loggingFormat, verbosity: config.verbosity },
     metricsBindAddress: config.metricsBindAddress,
     mode: config.mode === "nft" ? "nftables" : "iptables",
     nftables: section,
     nodePortAddresses: config.nodePortAddresses.length === 0 ? null : config.nodePortAddresses,
+    oomScoreAdj: config.oomScoreAdj,
   };
   const notes = ["Written by kube-nftproxy --write-config-to; kube-proxy reads it as well."];
   const flagOnly = [
@@ -186,6 +209,9 @@ export function toKubeProxyConfiguration(
     ],
     ["--master", config.master !== "", config.master],
     ["--from-file", config.fromFile !== "", config.fromFile],
+    ...(["maxClusterFileBytes", "maxListBytes", "maxWatchEventBytes"] as const).map((key) =>
+      [describeField(key, config.mode), config[key] !== DEFAULT_CONFIG[key], config[key]] as const
+    ),
   ].filter(([, differs]) => differs).map(([flag, , value]) => `${flag}=${value}`);
   if (flagOnly.length > 0) notes.push(`Not expressible here, pass as flags: ${flagOnly.join(" ")}`);
   if (config.minSyncPeriodMs === 0) {
@@ -206,6 +232,7 @@ export function toKubeProxyConfiguration(
 function readKubeProxyConfiguration(
   document: unknown,
   where: string,
+  issues: StrictnessIssues,
   options: ParseKubeProxyConfigurationOptions,
 ): Partial<Config> {
   if (!isMapping(document)) {
@@ -218,7 +245,7 @@ function readKubeProxyConfiguration(
       `${where}: must be a KubeProxyConfiguration (a YAML mapping), got ${got}`,
     );
   }
-  const top = new Fields(document, where, "");
+  const top = new Fields(document, where, "", issues);
   if (document.apiVersion !== KUBE_PROXY_API_VERSION) {
     top.fail("apiVersion", `must be ${KUBE_PROXY_API_VERSION}`);
   }
@@ -229,7 +256,7 @@ function readKubeProxyConfiguration(
         `(or a ConfigMap holding one under data["${KUBEADM_CONFIG_KEY}"])`,
     );
   }
-  top.rejectUnknown(TOP_LEVEL_FIELDS);
+  top.noteUnknown(TOP_LEVEL_FIELDS);
   for (const key of IGNORED_MAPPING_FIELDS) top.section(key);
 
   const result: Partial<Config> = {};
@@ -277,7 +304,7 @@ function readKubeProxyConfiguration(
   );
   if (detectLocalMode !== undefined) result.detectLocalMode = detectLocalMode;
   const detectLocal = top.section("detectLocal");
-  detectLocal.rejectUnknown(SECTION_FIELDS.detectLocal);
+  detectLocal.noteUnknown(SECTION_FIELDS.detectLocal);
   const bridgeInterface = detectLocal.string("bridgeInterface");
   if (bridgeInterface !== "") result.bridgeInterface = bridgeInterface;
   const interfaceNamePrefix = detectLocal.string("interfaceNamePrefix");
@@ -315,26 +342,47 @@ function readKubeProxyConfiguration(
   );
 
   const clientConnection = top.section("clientConnection");
-  clientConnection.rejectUnknown(SECTION_FIELDS.clientConnection);
+  clientConnection.noteUnknown(SECTION_FIELDS.clientConnection);
   const kubeconfig = clientConnection.string("kubeconfig");
   if (kubeconfig !== "") result.kubeconfig = kubeconfig;
 
   Object.assign(result, readConntrack(top.section("conntrack")));
 
   const logging = top.section("logging");
-  logging.rejectUnknown(SECTION_FIELDS.logging);
+  logging.noteUnknown(SECTION_FIELDS.logging);
   const verbosity = logging.integer("verbosity");
   if (verbosity !== undefined) {
     const rule = checkVerbosity(verbosity);
     if (rule !== undefined) logging.fail("verbosity", rule);
     if (verbosity > 0) result.verbosity = verbosity;
   }
+  const format = logging.string("format");
+  if (format !== "") {
+    const rule = checkLoggingFormat(format);
+    if (rule !== undefined) logging.fail("format", rule);
+    result.loggingFormat = format as LoggingFormat;
+  }
+
+  if (top.boolean("bindAddressHardFail")) result.bindAddressHardFail = true;
+  const oomScoreAdj = top.integer("oomScoreAdj");
+  if (oomScoreAdj !== undefined) {
+    const rule = checkOomScoreAdj(oomScoreAdj);
+    if (rule !== undefined) top.fail("oomScoreAdj", rule);
+    result.oomScoreAdj = oomScoreAdj;
+  }
+
+  const unused = unusedFields(top);
+  if (unused.length > 0) {
+    options.onWarning?.(
+      `${where}: ignoring fields that have no effect in kube-nftproxy: ${unused.join("; ")}`,
+    );
+  }
   return result;
 }
 
 /** The `conntrack:` section: table size and timeouts the proxy sets in the kernel. */
 function readConntrack(section: Fields): Partial<Config> {
-  section.rejectUnknown(SECTION_FIELDS.conntrack);
+  section.noteUnknown(SECTION_FIELDS.conntrack);
   const result: Partial<Config> = {};
   const counts = [["maxPerCore", "conntrackMaxPerCore"], ["min", "conntrackMin"]] as const;
   for (const [key, field] of counts) {
@@ -378,7 +426,7 @@ function readBackendSections(
   const result: Partial<Config> = {};
   for (const name of ["iptables", "nftables"] as const) {
     const section = top.section(name);
-    section.rejectUnknown(SECTION_FIELDS[name]);
+    section.noteUnknown(SECTION_FIELDS[name]);
     const masqueradeAll = section.boolean("masqueradeAll");
     const masqueradeBit = section.integer("masqueradeBit");
     const syncPeriodMs = section.duration("syncPeriod");

@@ -16,6 +16,16 @@ function parse(body: string, mode?: Config["mode"]): Partial<Config> {
   return parseKubeProxyConfiguration(HEADER + body, { source: "kube-proxy.yaml", mode });
 }
 
+/** Parses HEADER plus `body`, collecting the warnings. */
+function parseWarning(body: string): { result: Partial<Config>; warnings: string[] } {
+  const warnings: string[] = [];
+  const result = parseKubeProxyConfiguration(HEADER + body, {
+    source: "kube-proxy.yaml",
+    onWarning: (line) => warnings.push(line),
+  });
+  return { result, warnings };
+}
+
 /** Asserts that parsing HEADER plus `body` fails with exactly `message`. */
 function assertRejects(body: string, message: string, mode?: Config["mode"]): void {
   assert.throws(() => parse(body, mode), (error: unknown) => {
@@ -299,60 +309,158 @@ Deno.test("parseKubeProxyConfiguration() rejects negative sync periods in the se
 
 // --- strict decoding ---------------------------------------------------------------------------
 
-Deno.test("parseKubeProxyConfiguration() rejects unknown fields, naming them", () => {
-  const suffix = "(not part of kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration)";
-  assertRejects(
-    "masqueradeAll: true\n",
-    `config kube-proxy.yaml: unknown field "masqueradeAll" ${suffix}`,
+Deno.test("parseKubeProxyConfiguration() loads a file with unknown fields, warning once with upstream's words and naming each", () => {
+  const { result, warnings } = parseWarning(
+    "udpIdleTimeout: 250ms\nresourceContainer: /kube-proxy\nmetadata:\n  name: kube-proxy\n" +
+      "Mode: iptables\nmasqueradeAll: true\n" +
+      "nftables:\n  masqueradeAl: true\n  syncPeriod: 45s\ndetectLocal:\n  bridge: cbr0\n" +
+      "clientConnection:\n  kubeConfig: /x\nconntrack:\n  maxPerCpu: 5\n" +
+      "logging:\n  sanitization: true\n  options:\n    text:\n      color: true\n" +
+      "mode: nftables\n",
   );
-  assertRejects(
-    "metadata:\n  name: kube-proxy\n",
-    `config kube-proxy.yaml: unknown field "metadata" ${suffix}`,
+  // The unknown fields have no effect (`Mode` is not `mode`, a top-level masqueradeAll is not
+  // the section's), and the known ones still apply.
+  assert.deepEqual(result, { mode: "nft", syncPeriodMs: 45_000 });
+  assert.deepEqual(warnings, [
+    "config kube-proxy.yaml: using lenient decoding as strict decoding failed: " +
+    'unknown field "udpIdleTimeout", unknown field "resourceContainer", ' +
+    'unknown field "metadata", unknown field "Mode", unknown field "masqueradeAll", ' +
+    'unknown field "detectLocal.bridge", unknown field "nftables.masqueradeAl", ' +
+    'unknown field "clientConnection.kubeConfig", unknown field "conntrack.maxPerCpu", ' +
+    'unknown field "logging.sanitization", unknown field "logging.options.text.color"',
+  ]);
+});
+
+Deno.test("parseKubeProxyConfiguration() takes the last of duplicate keys, warning once", () => {
+  const { result, warnings } = parseWarning(
+    "mode: iptables\nclusterCIDR: 10.244.0.0/16\nmode: nftables\n",
   );
-  assertRejects(
-    "nftables:\n  masqueradeAl: true\n",
-    `config kube-proxy.yaml: unknown field "nftables.masqueradeAl" ${suffix}`,
+  assert.deepEqual(result, { mode: "nft", clusterCIDRs: ["10.244.0.0/16"] });
+  assert.deepEqual(warnings, [
+    "config kube-proxy.yaml: using lenient decoding as strict decoding failed: " +
+    'duplicate field "mode" (line 5)',
+  ]);
+});
+
+Deno.test("parseKubeProxyConfiguration() loads a public install guide's file: removed fields, an ipvs block, a duplicate key", () => {
+  const { result, warnings } = parseWarning(
+    "bindAddress: 0.0.0.0\nclusterCIDR: 10.244.0.0/16\nudpIdleTimeout: 250ms\n" +
+      "resourceContainer: /kube-proxy\nipvs:\n  minSyncPeriod: 0s\n  scheduler: rr\n" +
+      "  syncPeriod: 30s\nmode: iptables\nmode: nftables\n",
   );
-  assertRejects(
-    "detectLocal:\n  bridge: cbr0\n",
-    `config kube-proxy.yaml: unknown field "detectLocal.bridge" ${suffix}`,
-  );
-  assertRejects(
-    "clientConnection:\n  kubeConfig: /x\n",
-    `config kube-proxy.yaml: unknown field "clientConnection.kubeConfig" ${suffix}`,
-  );
-  assertRejects(
-    "Mode: nftables\n",
-    `config kube-proxy.yaml: unknown field "Mode" ${suffix}`,
+  assert.deepEqual(result, { mode: "nft", clusterCIDRs: ["10.244.0.0/16"] });
+  assert.equal(warnings.length, 1, warnings.join("\n"));
+  assert.match(
+    warnings[0],
+    /using lenient decoding as strict decoding failed: duplicate field "mode" \(line 12\), unknown field "udpIdleTimeout", unknown field "resourceContainer"$/,
   );
 });
 
-Deno.test("parseKubeProxyConfiguration() tolerates every other upstream field", () => {
+Deno.test("parseKubeProxyConfiguration() still fails on a wrong type or a bad value beside unknown fields", () => {
+  assertRejects(
+    "udpIdleTimeout: 250ms\nnftables:\n  masqueradeAll: maybe\n",
+    'config kube-proxy.yaml: nftables.masqueradeAll is "maybe", must be true or false',
+  );
+  assertRejects(
+    "mode: a\nmode: b\n",
+    'config kube-proxy.yaml: mode is "b", must be "nftables", "iptables" or "" ' +
+      "(the default, nftables)",
+  );
+  assertRejects(
+    "udpIdleTimeout: 250ms\nconntrack:\n  min: lots\n",
+    'config kube-proxy.yaml: conntrack.min is "lots", must be a whole number',
+  );
+});
+
+Deno.test("parseKubeProxyConfiguration() reads every other upstream field, listing once those without effect", () => {
   const body = "featureGates:\n  SomeGate: true\n" +
     "clientConnection:\n  acceptContentTypes: application/json\n  burst: 20\n" +
-    "  contentType: application/vnd.kubernetes.protobuf\n  qps: 10\n" +
+    "  contentType: application/vnd.kubernetes.protobuf\n  qps: 10.5\n" +
     "logging:\n  format: json\n  flushFrequency: 5s\n  vmodule: []\n" +
     '  options:\n    json:\n      infoBufferSize: "0"\n' +
     'bindAddressHardFail: true\nenableProfiling: true\nshowHiddenMetricsForVersion: "1.30"\n' +
-    "iptables:\n  localhostNodePorts: false\n  snatNodeInternalIP: false\n" +
+    "iptables:\n  localhostNodePorts: true\n  snatNodeInternalIP: false\n" +
     "ipvs:\n  scheduler: rr\n  excludeCIDRs: [10.0.0.0/8]\n  strictARP: true\n" +
     "  syncPeriod: 30s\n  minSyncPeriod: 0s\n  tcpTimeout: 0s\n  tcpFinTimeout: 0s\n" +
     "  udpTimeout: 0s\n" +
     "winkernel:\n  networkName: x\n  sourceVip: 10.0.0.1\n  enableDSR: true\n" +
     "  rootHnsEndpointName: y\n  forwardHealthCheckVip: true\n" +
-    "oomScoreAdj: -999\n" +
+    "oomScoreAdj: -998\n" +
     "conntrack:\n  maxPerCore: 32768\n  min: 131072\n  tcpBeLiberal: true\n" +
     "  tcpCloseWaitTimeout: 1h0m0s\n  tcpEstablishedTimeout: 24h0m0s\n" +
     "  udpStreamTimeout: 0s\n  udpTimeout: 0s\n" +
-    'configSyncPeriod: 15m0s\nportRange: ""\nwindowsRunAsService: false\n';
-  // Of all these, only conntrack: is read (the kernel settings the proxy makes).
-  assert.deepEqual(parse(body), {
+    'configSyncPeriod: 15m0s\nportRange: "30000-32767"\nwindowsRunAsService: true\n';
+  const { result, warnings } = parseWarning(body);
+  assert.deepEqual(result, {
+    loggingFormat: "json",
+    bindAddressHardFail: true,
+    oomScoreAdj: -998,
     conntrackMaxPerCore: 32768,
     conntrackMin: 131072,
     conntrackTCPBeLiberal: true,
     conntrackTCPCloseWaitTimeoutMs: 3600_000,
     conntrackTCPEstablishedTimeoutMs: 86_400_000,
   });
+  assert.deepEqual(warnings, [
+    "config kube-proxy.yaml: ignoring fields that have no effect in kube-nftproxy: " +
+    "featureGates.SomeGate (true): kube-nftproxy has no feature gates (it behaves as upstream " +
+    "with its gates at their defaults); " +
+    "clientConnection.contentType (application/vnd.kubernetes.protobuf): the API server is " +
+    "always read as JSON; " +
+    "clientConnection.qps (10.5): no client-side rate limit (the proxy sends one list and one " +
+    "watch per kind); " +
+    "clientConnection.burst (20): no client-side rate limit (the proxy sends one list and one " +
+    "watch per kind); " +
+    "enableProfiling (true): no /debug/pprof here (it is Go's profiler); " +
+    "showHiddenMetricsForVersion (1.30): kube-nftproxy hides no metrics; " +
+    "configSyncPeriod (15m0s): the watches need no periodic resync (syncPeriod forces full " +
+    "syncs); " +
+    "portRange (30000-32767): it served the userspace mode, which upstream removed; " +
+    "winkernel.networkName (x): Windows only; winkernel.sourceVip (10.0.0.1): Windows only; " +
+    "winkernel.enableDSR (true): Windows only; winkernel.rootHnsEndpointName (y): Windows only; " +
+    "winkernel.forwardHealthCheckVip (true): Windows only; windowsRunAsService (true): Windows " +
+    "only; iptables.localhostNodePorts (true): node ports are never served on 127.0.0.1 here " +
+    "(no route_localnet)",
+  ]);
+});
+
+Deno.test("parseKubeProxyConfiguration() is silent on upstream fields left at their zero values", async () => {
+  const configMap = load(await Deno.readTextFile(KUBEADM_CONFIG_MAP)) as {
+    data: Record<string, string>;
+  };
+  const warnings: string[] = [];
+  parseKubeProxyConfiguration(configMap.data["config.conf"], {
+    onWarning: (line) => warnings.push(line),
+  });
+  assert.deepEqual(warnings, []);
+});
+
+Deno.test("parseKubeProxyConfiguration() type-checks the fields it ignores", () => {
+  assertRejects(
+    "featureGates:\n  SomeGate: sure\n",
+    'config kube-proxy.yaml: featureGates.SomeGate is "sure", must be true or false',
+  );
+  assertRejects(
+    "clientConnection:\n  qps: fast\n",
+    'config kube-proxy.yaml: clientConnection.qps is "fast", must be a number',
+  );
+  assertRejects(
+    "configSyncPeriod: -1m\n",
+    'config kube-proxy.yaml: configSyncPeriod is "-1m", must be greater than 0',
+  );
+  assertRejects(
+    "logging:\n  flushFrequency: often\n",
+    'config kube-proxy.yaml: logging.flushFrequency is "often", must be a duration such as ' +
+      '30s, 1m0s or 500ms (time: invalid duration "often")',
+  );
+  assertRejects(
+    "logging:\n  format: xml\n",
+    'config kube-proxy.yaml: logging.format is "xml", must be "text" or "json"',
+  );
+  assertRejects(
+    "oomScoreAdj: -1001\n",
+    "config kube-proxy.yaml: oomScoreAdj is -1001, must be in the range [-1000, 1000]",
+  );
 });
 
 Deno.test("parseKubeProxyConfiguration() reads conntrack: null pointers are defaults, 0 leaves the kernel alone", () => {
@@ -375,10 +483,6 @@ Deno.test("parseKubeProxyConfiguration() reads conntrack: null pointers are defa
   assertRejects(
     "conntrack:\n  tcpEstablishedTimeout: 1500ms\n",
     'config kube-proxy.yaml: conntrack.tcpEstablishedTimeout is "1500ms", must be whole seconds (the kernel counts seconds)',
-  );
-  assertRejects(
-    "conntrack:\n  maxPerCpu: 5\n",
-    'config kube-proxy.yaml: unknown field "conntrack.maxPerCpu" (not part of kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration)',
   );
 });
 
@@ -440,7 +544,6 @@ Deno.test("parseKubeProxyConfiguration() rejects text that is not one YAML mappi
       'config k.yaml: must be a KubeProxyConfiguration (a YAML mapping), got string "hello"',
     ],
     ["mode: [\n", "config k.yaml: not valid YAML: deficient indentation (2:1)"],
-    ["mode: a\nmode: b\n", "config k.yaml: not valid YAML: duplicated mapping key (2:1)"],
     [
       HEADER + "---\n" + HEADER,
       "config k.yaml: not valid YAML: expected a single document in the stream, but found more",
@@ -590,14 +693,18 @@ const CUSTOM: Config = {
   bindAddress: "10.0.0.7",
   healthzBindAddress: "10.0.0.7:10256",
   metricsBindAddress: "[::1]:9100",
-  bindAddressHardFail: false,
+  bindAddressHardFail: true,
+  oomScoreAdj: -500,
   tableName: DEFAULT_CONFIG.tableName,
   iptablesBackend: "auto",
   kubeconfig: "/etc/kubernetes/kube-proxy.conf",
   master: "",
   fromFile: "",
+  maxClusterFileBytes: DEFAULT_CONFIG.maxClusterFileBytes,
+  maxListBytes: DEFAULT_CONFIG.maxListBytes,
+  maxWatchEventBytes: DEFAULT_CONFIG.maxWatchEventBytes,
   verbosity: 2,
-  loggingFormat: DEFAULT_CONFIG.loggingFormat,
+  loggingFormat: "json",
   scheduler: DEFAULT_CONFIG.scheduler,
   conntrackMaxPerCore: 0,
   conntrackMin: 4096,
@@ -636,6 +743,7 @@ Deno.test("toKubeProxyConfiguration() writes upstream's schema with both backend
     apiVersion: "kubeproxy.config.k8s.io/v1alpha1",
     kind: "KubeProxyConfiguration",
     bindAddress: "10.0.0.7",
+    bindAddressHardFail: true,
     clientConnection: { kubeconfig: "/etc/kubernetes/kube-proxy.conf" },
     clusterCIDR: "10.244.0.0/16,fd00:10:244::/56",
     conntrack: {
@@ -652,11 +760,12 @@ Deno.test("toKubeProxyConfiguration() writes upstream's schema with both backend
     healthzBindAddress: "10.0.0.7:10256",
     hostnameOverride: "node-7",
     iptables: section,
-    logging: { verbosity: 2 },
+    logging: { format: "json", verbosity: 2 },
     metricsBindAddress: "[::1]:9100",
     mode: "iptables",
     nftables: section,
     nodePortAddresses: ["10.0.0.0/8", "fd00::/64"],
+    oomScoreAdj: -500,
   });
 });
 
@@ -682,6 +791,7 @@ Deno.test("toKubeProxyConfiguration() notes in comments what the format cannot h
     tableName: "edge",
     master: "https://10.0.0.1:6443",
     fromFile: "cluster.yaml",
+    maxListBytes: 1024,
     minSyncPeriodMs: 0,
     healthzBindAddress: "",
   });
@@ -689,7 +799,7 @@ Deno.test("toKubeProxyConfiguration() notes in comments what the format cannot h
   assert.deepEqual(comments, [
     "# Written by kube-nftproxy --write-config-to; kube-proxy reads it as well.",
     "# Not expressible here, pass as flags: --table-name=edge --master=https://10.0.0.1:6443 " +
-    "--from-file=cluster.yaml",
+    "--from-file=cluster.yaml --max-list-bytes=1024",
     "# minSyncPeriod 0 is read as the default (1s); pass --*-min-sync-period=0.",
     '# The healthz server is disabled; "" is read as the default.',
   ]);

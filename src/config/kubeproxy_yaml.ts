@@ -1,11 +1,15 @@
 /**
- * Reading kube-proxy's configuration YAML the way upstream's strict decoder does: the YAML text
- * (or a kubeadm ConfigMap holding it) into a document, and typed access to its fields — unknown
- * fields refused, YAML 1.1 booleans, Go durations, nil pointers — with every error naming the
- * field by its path. What the fields mean for {@link Config} is kubeproxy_config.ts's business.
+ * Reading kube-proxy's configuration YAML the way upstream's decoder does: the YAML text (or a
+ * kubeadm ConfigMap holding it) into a document, and typed access to its fields — YAML 1.1
+ * booleans, Go durations, nil pointers — with every error naming the field by its path. Like
+ * upstream's v1alpha1 decoding, strictness is forgiven: unknown and duplicate fields are noted in
+ * a {@link StrictnessIssues} (the caller logs them once) and the file still loads, while a wrong
+ * type or a bad value is an error. What the fields mean for {@link Config} is
+ * kubeproxy_config.ts's business.
  *
  * @module
  */
+import { YAMLException } from "js-yaml";
 import { loadYamlDocuments } from "../bounded_yaml.ts";
 import { ConfigError, invalidValue } from "./config_error.ts";
 import { parseGoDuration } from "./duration.ts";
@@ -74,6 +78,13 @@ export const SECTION_FIELDS: Readonly<Record<string, ReadonlySet<string>>> = {
   ]),
 };
 
+/**
+ * What strict decoding would refuse and lenient decoding lets through, in the order found:
+ * `unknown field "udpIdleTimeout"`, `duplicate field "mode" (line 4)`. Upstream decodes strictly,
+ * and when only such issues fail it, decodes again leniently and logs them in one line.
+ */
+export type StrictnessIssues = string[];
+
 /** Ignored upstream fields that hold a map; anything but a map (or null) is a type error. */
 export const IGNORED_MAPPING_FIELDS = ["featureGates", "ipvs", "winkernel"] as const;
 
@@ -89,14 +100,23 @@ const DURATION_RULE = "must be a duration such as 30s, 1m0s or 500ms";
 
 /**
  * Parses one YAML document; an empty or comment-only text reads as null. Nesting and aliases
- * are bounded (`../bounded_yaml.ts`), so no text costs more than its size.
+ * are bounded (`../bounded_yaml.ts`), so no text costs more than its size. A key repeated in a
+ * mapping is noted in `issues` (the last value wins, as in Go's lenient reader); without
+ * `issues` it is an error.
  */
-export function loadYaml(text: string, where: string): unknown {
+export function loadYaml(text: string, where: string, issues?: StrictnessIssues): unknown {
   // js-yaml refuses an empty stream; kube-proxy reads it as an empty object (then no kind).
   if (text.split("\n").every((line) => /^\s*(#.*)?$/.test(line))) return null;
   let documents: unknown[];
   try {
-    documents = loadYamlDocuments(text);
+    try {
+      documents = loadYamlDocuments(text);
+    } catch (error) {
+      const duplicate = issues === undefined ? undefined : duplicateKey(error, text);
+      if (duplicate === undefined) throw error;
+      issues?.push(duplicate);
+      documents = loadYamlDocuments(text, { duplicateKeys: "last-wins" });
+    }
   } catch (error) {
     const detail = error instanceof Error ? error.message.split("\n")[0] : String(error);
     throw new ConfigError(`${where}: not valid YAML: ${detail}`, { cause: error });
@@ -109,6 +129,16 @@ export function loadYaml(text: string, where: string): unknown {
     throw new ConfigError(`${where}: not valid YAML: ${detail}`);
   }
   return documents[0];
+}
+
+/** `duplicate field "key" (line N)` when `error` is js-yaml's refusal of a repeated key. */
+function duplicateKey(error: unknown, text: string): string | undefined {
+  if (!(error instanceof YAMLException) || error.reason !== "duplicated mapping key") {
+    return undefined;
+  }
+  const position = error.mark?.position ?? 0;
+  const key = /^\s*["']?([^"':\n]*)/.exec(text.slice(position))?.[1] ?? "";
+  return `duplicate field ${JSON.stringify(key)} (line ${(error.mark?.line ?? 0) + 1})`;
 }
 
 /** A YAML mapping (an object, not a list). */
@@ -145,12 +175,17 @@ export function configMapPayload(
   return { text, where: `${where} (ConfigMap key ${key})` };
 }
 
-/** Typed access to one mapping of the document, naming fields by their path in errors. */
+/**
+ * Typed access to one mapping of the document, naming fields by their path in errors; unknown
+ * fields are noted in the {@link StrictnessIssues} shared by every section of the document.
+ */
 export class Fields {
   constructor(
     private readonly mapping: Mapping,
     private readonly where: string,
     private readonly prefix: string,
+    /** Where unknown fields are noted; shared with the sections. */
+    readonly issues: StrictnessIssues = [],
   ) {}
 
   /** `where: path.to.key`, the name of a field in messages. */
@@ -158,17 +193,24 @@ export class Fields {
     return `${this.where}: ${this.prefix}${key}`;
   }
 
-  /** Refuses keys outside `allowed`, as upstream's strict decoding does. */
-  rejectUnknown(allowed: ReadonlySet<string>): void {
+  /**
+   * Notes keys outside `allowed` in {@link issues} (upstream's strict decoding refuses them, its
+   * lenient decoding skips them), and forgets them.
+   */
+  noteUnknown(allowed: ReadonlySet<string>): void {
     for (const key of Object.keys(this.mapping)) {
-      if (!allowed.has(key)) {
-        throw new ConfigError(
-          `${this.where}: unknown field "${this.prefix}${key}" ` +
-            `(not part of ${KUBE_PROXY_API_VERSION} KubeProxyConfiguration)`,
-          { field: this.name(key) },
-        );
-      }
+      if (!allowed.has(key)) this.issues.push(`unknown field "${this.prefix}${key}"`);
     }
+  }
+
+  /** Whether the field is present with a value other than null. */
+  has(key: string): boolean {
+    return this.mapping[key] !== undefined && this.mapping[key] !== null;
+  }
+
+  /** The raw value of a field, for fields only reported, never read. */
+  raw(key: string): unknown {
+    return this.mapping[key];
   }
 
   fail(key: string, rule: string, cause?: unknown): never {
@@ -179,10 +221,10 @@ export class Fields {
   section(key: string): Fields {
     const value = this.mapping[key];
     if (value === undefined || value === null) {
-      return new Fields({}, this.where, `${this.prefix}${key}.`);
+      return new Fields({}, this.where, `${this.prefix}${key}.`, this.issues);
     }
     if (!isMapping(value)) this.fail(key, "must be a mapping");
-    return new Fields(value, this.where, `${this.prefix}${key}.`);
+    return new Fields(value, this.where, `${this.prefix}${key}.`, this.issues);
   }
 
   /** A string; absent or null reads as "". */
@@ -201,6 +243,29 @@ export class Fields {
     const word = typeof value === "string" ? YAML11_BOOLEANS.get(value) : undefined;
     if (word === undefined) this.fail(key, "must be true or false");
     return word;
+  }
+
+  /** The keys present, in the file's order. */
+  keys(): string[] {
+    return Object.keys(this.mapping);
+  }
+
+  /** A number, whole or not (Go's float32 `qps`); absent or null reads as 0. */
+  number(key: string): number {
+    const value = this.mapping[key];
+    if (value === undefined || value === null) return 0;
+    if (typeof value !== "number" || !Number.isFinite(value)) this.fail(key, "must be a number");
+    return value;
+  }
+
+  /**
+   * A duration written as a Go duration string or as a whole number of nanoseconds (component
+   * base's `logging.flushFrequency`), in ms.
+   */
+  durationOrNanoseconds(key: string): number {
+    const value = this.mapping[key];
+    if (typeof value === "number" && Number.isSafeInteger(value)) return value / 1e6;
+    return this.duration(key);
   }
 
   /** A whole number; absent or null reads as undefined (a nil pointer upstream). */

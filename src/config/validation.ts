@@ -145,6 +145,23 @@ export function checkVerbosity(level: number): string | undefined {
   return Number.isSafeInteger(level) && level >= 0 ? undefined : "must be a whole number >= 0";
 }
 
+/** Checks a log format (`logging.format`, `--logging-format`): `text` or `json`, as klog's. */
+export function checkLoggingFormat(format: string): string | undefined {
+  return format === "text" || format === "json" ? undefined : 'must be "text" or "json"';
+}
+
+/** Checks an `oom_score_adj` (`oomScoreAdj`, `--oom-score-adj`): a whole number -1000..1000. */
+export function checkOomScoreAdj(value: number): string | undefined {
+  return Number.isSafeInteger(value) && value >= -1000 && value <= 1000
+    ? undefined
+    : "must be in the range [-1000, 1000]";
+}
+
+/** Checks a size limit in bytes: a whole number above 0 (at most 2^53). */
+export function checkByteLimit(bytes: number): string | undefined {
+  return Number.isSafeInteger(bytes) && bytes > 0 ? undefined : "must be a whole number above 0";
+}
+
 /** Checks a `syncPeriod`: longer than zero. */
 export function checkSyncPeriod(ms: number): string | undefined {
   return ms > 0 ? undefined : "must be greater than 0";
@@ -318,6 +335,11 @@ export function validateConfig(config: Config, options: ValidateConfigOptions = 
     fail("iptablesBackend", config.iptablesBackend, "must be auto, nft or legacy");
   }
   fail("verbosity", config.verbosity, checkVerbosity(config.verbosity));
+  fail("loggingFormat", config.loggingFormat, checkLoggingFormat(config.loggingFormat));
+  fail("oomScoreAdj", config.oomScoreAdj, checkOomScoreAdj(config.oomScoreAdj));
+  for (const key of ["maxClusterFileBytes", "maxListBytes", "maxWatchEventBytes"] as const) {
+    fail(key, config[key], checkByteLimit(config[key]));
+  }
   for (const key of ["conntrackMaxPerCore", "conntrackMin"] as const) {
     fail(key, config[key], checkConntrackCount(config[key]));
   }
@@ -363,11 +385,15 @@ export function describeField(key: keyof Config, mode: ProxyMode): string {
     healthzBindAddress: "healthzBindAddress/--healthz-bind-address",
     metricsBindAddress: "metricsBindAddress/--metrics-bind-address",
     bindAddressHardFail: "bindAddressHardFail/--bind-address-hard-fail",
+    oomScoreAdj: "oomScoreAdj/--oom-score-adj",
     tableName: "--table-name",
     iptablesBackend: "--iptables-backend",
     kubeconfig: "clientConnection.kubeconfig/--kubeconfig",
     master: "--master",
     fromFile: "--from-file",
+    maxClusterFileBytes: "--max-cluster-file-bytes",
+    maxListBytes: "--max-list-bytes",
+    maxWatchEventBytes: "--max-watch-event-bytes",
     verbosity: "logging.verbosity/-v",
     loggingFormat: "logging.format/--logging-format",
     scheduler: "ipvs.scheduler/--scheduler",
