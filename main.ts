@@ -22,6 +22,7 @@
 import { NoIPv4Error } from "./src/apply/families.ts";
 import { reconcileConntrack } from "./src/apply/conntrack.ts";
 import { applyConntrackSettings, conntrackSettings } from "./src/apply/conntrack_sysctls.ts";
+import { applyOomScoreAdj } from "./src/apply/oom_score_adj.ts";
 import { DryRunError } from "./src/backend/backend.ts";
 import { cleanUp, createBackend } from "./src/backend/backends.ts";
 import type { Config } from "./src/config/config.ts";
@@ -31,6 +32,7 @@ import { createLogger, type Logger } from "./src/log.ts";
 import { readNodeFacts } from "./src/node/node_facts.ts";
 import { runProxy } from "./src/runner/proxy.ts";
 import { healthTimeoutMs, ProxyHealth } from "./src/server/health.ts";
+import { watchConfigFile } from "./src/source/config_file_watch.ts";
 import type { Source } from "./src/source/events.ts";
 import { reportUserErrors } from "./src/user_errors.ts";
 import { VERSION } from "./src/version.ts";
@@ -56,7 +58,7 @@ async function run(args: readonly string[]): Promise<number> {
     const { nodeTraceIO } = await import("./src/trace/node_io.ts");
     return await traceCommand(args.slice(1), nodeTraceIO({ nftPath }));
   }
-  const { config, actions, warnings } = await parseCommandLine(args);
+  const { config, actions, warnings, configFile } = await parseCommandLine(args);
   if (actions.showHelp) return print(helpText());
   if (actions.showVersion) return print(`kube-nftproxy ${VERSION}`);
   if (actions.writeConfigTo !== "") {
@@ -68,6 +70,12 @@ async function run(args: readonly string[]): Promise<number> {
   const context = { log, nftPath };
   if (actions.cleanup || actions.cleanupIptables) {
     await cleanUp(config, context, actions);
+    return 0;
+  }
+  if (actions.initOnly) {
+    // The start-up work that needs more than CAP_NET_ADMIN, as upstream's --init-only.
+    await tuneConntrack(config, log);
+    log.info("--init-only: initialization done, exiting");
     return 0;
   }
   log.info(`kube-nftproxy ${VERSION} starting: mode ${config.mode}, node "${config.hostname}"`);
@@ -90,11 +98,25 @@ async function run(args: readonly string[]): Promise<number> {
     return 1;
   }
   if (!actions.dryRun) {
-    const conntrack = await applyConntrackSettings(
-      conntrackSettings(config, navigator.hardwareConcurrency),
-    );
-    conntrack.changed.forEach((line) => log.info(`conntrack: set ${line}`));
-    conntrack.refused.forEach((line) => log.warn(`conntrack: ${line}`));
+    const oom = await applyOomScoreAdj(config.oomScoreAdj);
+    if (oom.changed !== undefined) log.info(`set ${oom.changed}`);
+    if (oom.refused !== undefined) log.debug(2, oom.refused);
+    await tuneConntrack(config, log);
+  }
+  const once = actions.once || actions.dryRun;
+  let configChanged = false;
+  if (configFile !== undefined && !once) {
+    watchConfigFile(configFile.path, {
+      loaded: configFile.text,
+      signal: controller.signal,
+      warn: (line) => log.warn(line),
+      onChange: (line) => {
+        // As upstream: end cleanly, non-zero, so the pod restarts with the new ConfigMap.
+        log.error(line);
+        configChanged = true;
+        controller.abort();
+      },
+    });
   }
   const proxier = await backend.proxier(node.families);
   /** What changes the kernel; absent in a dry run, which only collects the script. */
@@ -104,7 +126,6 @@ async function run(args: readonly string[]): Promise<number> {
     planned += script;
     return Promise.resolve();
   };
-  const once = actions.once || actions.dryRun;
   const code = await runProxy({
     config,
     log,
@@ -126,6 +147,7 @@ async function run(args: readonly string[]): Promise<number> {
       families: node.families,
     }),
   }, { once, signal: controller.signal });
+  if (configChanged) return 1;
   if (code !== 0 || !actions.dryRun) return code;
   let report;
   try {
@@ -151,7 +173,10 @@ async function createSource(
 ): Promise<Source> {
   if (config.fromFile !== "") {
     const { FileSource } = await import("./src/source/file_source.ts");
-    return new FileSource(config.fromFile, { log: (line) => log.warn(line) });
+    return new FileSource(config.fromFile, {
+      log: (line) => log.warn(line),
+      maxBytes: config.maxClusterFileBytes,
+    });
   }
   const { ApiSource } = await import("./src/source/api_source.ts");
   return new ApiSource({
@@ -161,7 +186,18 @@ async function createSource(
     log: (line) => log.info(line),
     syncTimeoutMs: options.once ? config.syncPeriodMs : undefined,
     recordEvents: !options.once,
+    maxListBytes: config.maxListBytes,
+    maxEventBytes: config.maxWatchEventBytes,
   });
+}
+
+/** Sets the kernel's conntrack settings; what the kernel refuses is a warning. */
+async function tuneConntrack(config: Config, log: Logger): Promise<void> {
+  const conntrack = await applyConntrackSettings(
+    conntrackSettings(config, navigator.hardwareConcurrency),
+  );
+  conntrack.changed.forEach((line) => log.info(`conntrack: set ${line}`));
+  conntrack.refused.forEach((line) => log.warn(`conntrack: ${line}`));
 }
 
 /** Writes `--write-config-to`; a file that cannot be written is the user's error. */

@@ -266,6 +266,135 @@ export function declareFlags() {
         "remove the iptables rules (KUBE-* chains) kube-proxy left behind, then exit",
       ),
     )
+    .addOption(
+      booleanFlag(
+        "--init-only",
+        "do the start-up work that needs more than CAP_NET_ADMIN (conntrack sysctls, " +
+          "oom_score_adj), then exit; run the proxy again with CAP_NET_ADMIN only",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--oom-score-adj <n>",
+        `the process's oom_score_adj, -1000 to 1000 (ignored with --config)${
+          byDefault(d.oomScoreAdj)
+        }`,
+      ),
+    )
+    .addOption(
+      booleanFlag(
+        "--bind-address-hard-fail",
+        "end the process when the health or metrics address cannot be bound, instead of " +
+          "retrying",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--healthz-port <port>",
+        "deprecated, use --healthz-bind-address: the health server's port, 0 disables it " +
+          "(ignored with --config)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--metrics-port <port>",
+        "deprecated, use --metrics-bind-address: the metrics server's port, 0 disables it " +
+          "(ignored with --config)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--max-cluster-file-bytes <bytes>",
+        "an extension of ours: the largest --from-file file read (bytes, or with Ki, Mi, Gi)" +
+          byDefault(`${d.maxClusterFileBytes / 2 ** 20}Mi`),
+      ),
+    )
+    .addOption(
+      new Option(
+        "--max-list-bytes <bytes>",
+        "an extension of ours: the largest LIST answer read from the API server (bytes, or " +
+          `with Ki, Mi, Gi)${byDefault(`${d.maxListBytes / 2 ** 20}Mi`)}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--max-watch-event-bytes <bytes>",
+        "an extension of ours: the largest watch event read from the API server (bytes, or " +
+          `with Ki, Mi, Gi)${byDefault(`${d.maxWatchEventBytes / 2 ** 20}Mi`)}`,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--logging-format <format>",
+        `log line format: text (klog's) or json${byDefault(d.loggingFormat)}`,
+      ),
+    )
+    .addOption(
+      durationOption(
+        "--log-flush-frequency <duration>",
+        "longest time a log line waits to be written (lines are written at once here)",
+        5000,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--vmodule <patterns>",
+        "per-file verbosity, pattern=N,...: accepted, no effect (-v applies to every line)",
+      ),
+    )
+    .addOption(booleanFlag("--log-text-split-stream", "accepted, no effect (all lines to stderr)"))
+    .addOption(
+      new Option("--log-text-info-buffer-size <quantity>", "accepted, no effect (unbuffered)"),
+    )
+    .addOption(booleanFlag("--log-json-split-stream", "accepted, no effect (all lines to stderr)"))
+    .addOption(
+      new Option("--log-json-info-buffer-size <quantity>", "accepted, no effect (unbuffered)"),
+    )
+    .addOption(
+      new Option(
+        "--feature-gates <gates>",
+        "Gate=true|false,...: accepted, no effect: kube-nftproxy has no feature gates (ignored " +
+          "with --config)",
+      ).argParser(collect),
+    )
+    .addOption(
+      new Option(
+        "--kube-api-content-type <type>",
+        "content type of API requests: only application/json is spoken (protobuf is accepted " +
+          "with a warning)",
+      ),
+    )
+    .addOption(
+      new Option("--kube-api-qps <qps>", "accepted, no effect: no client-side rate limit"),
+    )
+    .addOption(
+      new Option("--kube-api-burst <n>", "accepted, no effect: no client-side rate limit"),
+    )
+    .addOption(
+      durationOption(
+        "--config-sync-period <duration>",
+        "accepted, no effect: the watches need no periodic resync",
+        15 * 60_000,
+      ),
+    )
+    .addOption(
+      booleanFlag(
+        "--profiling",
+        "accepted, no effect: no /debug/pprof (ignored with --config)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--show-hidden-metrics-for-version <version>",
+        "accepted, no effect: no metric is hidden (ignored with --config)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--iptables-localhost-nodeports [bool]",
+        "accepted; true has no effect: node ports are never served on 127.0.0.1 here",
+      ),
+    )
     .addOption(new Option("-v, --v <level>", `log verbosity${byDefault(d.verbosity)}`))
     .addOption(new Option("-h, --help", "show this help and exit"))
     .addOption(new Option("--version", "print the version and exit"));

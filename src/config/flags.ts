@@ -17,6 +17,7 @@ import { ConfigError, invalidValue } from "./config_error.ts";
 import { parseGoDuration } from "./duration.ts";
 import { declareFlags, type Flags } from "./flag_declarations.ts";
 import { parseKubeProxyConfiguration } from "./kubeproxy_config.ts";
+import { dropFlagsIgnoredWithConfig, readUpstreamFlags } from "./upstream_flags.ts";
 import {
   checkBindAddress,
   checkClusterCIDRs,
@@ -61,6 +62,11 @@ export interface CommandLineActions {
   cleanup: boolean;
   /** `--cleanup-iptables`: remove the KUBE-* iptables rules kube-proxy left, then exit. */
   cleanupIptables: boolean;
+  /**
+   * `--init-only`: do the start-up work that needs more than CAP_NET_ADMIN (conntrack sysctls,
+   * oom_score_adj), then exit, as upstream's flag.
+   */
+  initOnly: boolean;
   /** `--write-config-to PATH`: write the configuration there and exit; "" when not asked. */
   writeConfigTo: string;
   /** `--version`: print the version and exit. */
@@ -77,6 +83,8 @@ export interface CommandLine {
   actions: CommandLineActions;
   /** One line per setting given that does not apply, and why (for the log). */
   warnings: string[];
+  /** The `--config` file as read (its path and text), to notice a change; absent without one. */
+  configFile?: { path: string; text: string };
 }
 
 /** The I/O {@link parseCommandLine} needs, injectable for tests. */
@@ -128,6 +136,7 @@ export async function parseCommandLine(
     output: flags.output ?? "text",
     cleanup: parseBooleanFlag("--cleanup", flags.cleanup),
     cleanupIptables: parseBooleanFlag("--cleanup-iptables", flags.cleanupIptables),
+    initOnly: parseBooleanFlag("--init-only", flags.initOnly),
     writeConfigTo: flags.writeConfigTo ?? "",
     showVersion: flags.version === true,
     showHelp: flags.help === true,
@@ -136,11 +145,14 @@ export async function parseCommandLine(
     return { config: copyConfig(DEFAULT_CONFIG), actions, warnings: [] };
   }
 
+  const warnings: string[] = [];
+  const configPath = flags.config ?? "";
+  // As upstream, the file replaces what these flags would set.
+  if (configPath !== "") warnings.push(...dropFlagsIgnoredWithConfig(flags, configPath));
   const flagMode = readModeFlags(flags.mode, flags.proxyMode);
   const origins: Partial<Record<keyof Config, string>> = {};
   let fromFile: Partial<Config> = {};
-  const warnings: string[] = [];
-  const configPath = flags.config ?? "";
+  let configFile: CommandLine["configFile"];
   if (configPath !== "") {
     const readFile = options.readFile ??
       ((path: string) => readTextFileBounded(path, MAX_CONFIG_FILE_BYTES));
@@ -152,6 +164,7 @@ export async function parseCommandLine(
         cause: error,
       });
     }
+    configFile = { path: configPath, text };
     fromFile = parseKubeProxyConfiguration(text, {
       source: configPath,
       mode: flagMode,
@@ -166,8 +179,20 @@ export async function parseCommandLine(
   }
   const fromFlags = readValueFlags(flags, mode);
   for (const [key, flag] of fromFlags.origins) origins[key] = `flag ${flag}`;
+  const upstream = readUpstreamFlags(flags, {
+    healthzBindAddress: fromFlags.values.healthzBindAddress ?? DEFAULT_CONFIG.healthzBindAddress,
+    metricsBindAddress: fromFlags.values.metricsBindAddress ?? DEFAULT_CONFIG.metricsBindAddress,
+  });
+  for (const [key, flag] of upstream.origins) origins[key] = `flag ${flag}`;
+  warnings.push(...upstream.warnings);
 
-  const config = copyConfig({ ...DEFAULT_CONFIG, ...fromFile, ...fromFlags.values, mode });
+  const config = copyConfig({
+    ...DEFAULT_CONFIG,
+    ...fromFile,
+    ...fromFlags.values,
+    ...upstream.values,
+    mode,
+  });
   if (flagMode !== undefined) {
     origins.mode = flags.mode !== undefined ? "flag --mode" : "flag --proxy-mode";
   }
@@ -186,6 +211,7 @@ export async function parseCommandLine(
     }),
     actions,
     warnings,
+    ...(configFile === undefined ? {} : { configFile }),
   };
 }
 
@@ -294,19 +320,20 @@ function readValueFlags(
     check("--iptables-masquerade-bit", Number.isNaN(bit) ? text : bit, checkMasqueradeBit(bit));
     set("masqueradeBit", bit, "--iptables-masquerade-bit");
   }
+  // As upstream, --iptables-* set the periods in every mode; --nftables-* (ours) only in nft
+  // mode, where they win over --iptables-*.
   const durations = [
-    ["nftables", "sync", flags.nftablesSyncPeriod],
-    ["nftables", "min-sync", flags.nftablesMinSyncPeriod],
     ["iptables", "sync", flags.iptablesSyncPeriod],
     ["iptables", "min-sync", flags.iptablesMinSyncPeriod],
+    ["nftables", "sync", flags.nftablesSyncPeriod],
+    ["nftables", "min-sync", flags.nftablesMinSyncPeriod],
   ] as const;
   for (const [section, kind, text] of durations) {
     if (text === undefined) continue;
     const flag = `--${section}-${kind}-period`;
     const ms = durationFlag(flag, text, "30s, 1m0s or 500ms");
     check(flag, text, kind === "sync" ? checkSyncPeriod(ms) : checkMinSyncPeriod(ms));
-    // Like upstream, the flags of the other mode's section are accepted but have no effect.
-    if (section !== (mode === "nft" ? "nftables" : "iptables")) continue;
+    if (section === "nftables" && mode !== "nft") continue;
     set(kind === "sync" ? "syncPeriodMs" : "minSyncPeriodMs", ms, flag);
   }
   const counts = [

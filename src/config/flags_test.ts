@@ -57,6 +57,7 @@ const NO_ACTIONS = {
   output: "text",
   cleanup: false,
   cleanupIptables: false,
+  initOnly: false,
   writeConfigTo: "",
   showVersion: false,
   showHelp: false,
@@ -162,20 +163,67 @@ Deno.test("parseCommandLine() puts the config file over the defaults", async () 
 });
 
 Deno.test("parseCommandLine() puts flags actually given over the config file", async () => {
-  const { config } = await parse(
-    ["--config=kube-proxy.yaml", "--cluster-cidr", "fd00:10:244::/56", "--masquerade-all=false"],
+  const { config, warnings } = await parse(
+    ["--config=kube-proxy.yaml", "--iptables-sync-period", "2m", "--masquerade-all=false", "-v=3"],
     FILE,
   );
   assert.deepEqual(
     config,
     expected({
       mode: "iptables",
-      clusterCIDRs: ["fd00:10:244::/56"],
+      clusterCIDRs: ["10.244.0.0/16"],
       healthzBindAddress: "0.0.0.0:9999",
       masqueradeBit: 12,
-      syncPeriodMs: 60_000,
+      syncPeriodMs: 120_000,
+      verbosity: 3,
     }),
   );
+  assert.deepEqual(warnings.filter((line) => line.includes("flag")), []);
+});
+
+Deno.test("parseCommandLine() ignores the flags upstream ignores with --config, naming them in one warning", async () => {
+  const { config, warnings } = await parse(
+    [
+      "--config=kube-proxy.yaml",
+      "--cluster-cidr=fd00:10:244::/56",
+      "--bind-address=10.0.0.9",
+      "--healthz-bind-address=127.0.0.1:1",
+      "--metrics-bind-address=",
+      "--healthz-port=0",
+      "--metrics-port=9",
+      "--proxy-mode=nftables",
+      "--detect-local-mode=NodeCIDR",
+      "--nodeport-addresses=primary",
+      "--oom-score-adj=-5",
+      "--feature-gates=A=true",
+      "--profiling",
+      "--show-hidden-metrics-for-version=1.30",
+      "--hostname-override=Node-2",
+      "--logging-format=json",
+    ],
+    FILE,
+  );
+  // The file's values stand; --hostname-override and the logging flags still win, as upstream.
+  assert.deepEqual(
+    config,
+    expected({
+      mode: "iptables",
+      hostname: "node-2",
+      clusterCIDRs: ["10.244.0.0/16"],
+      healthzBindAddress: "0.0.0.0:9999",
+      masqueradeAll: true,
+      masqueradeBit: 12,
+      syncPeriodMs: 60_000,
+      loggingFormat: "json",
+    }),
+  );
+  assert.deepEqual(warnings.filter((line) => line.includes("flag")), [
+    "ignoring flags --feature-gates, --bind-address, --healthz-bind-address, " +
+    "--metrics-bind-address, --healthz-port, --metrics-port, --profiling, " +
+    "--show-hidden-metrics-for-version, --proxy-mode, --detect-local-mode, --cluster-cidr, " +
+    "--nodeport-addresses, --oom-score-adj: upstream kube-proxy ignores them when a config file " +
+    "is given (--config kube-proxy.yaml); set the file's fields instead",
+  ]);
 });
 
 Deno.test("parseCommandLine() reads the file section of the mode given by flag", async () => {
@@ -186,23 +234,27 @@ Deno.test("parseCommandLine() reads the file section of the mode given by flag",
   assert.equal(config.syncPeriodMs, 120_000);
 });
 
-Deno.test("parseCommandLine() applies the sync-period flags of the mode in use only", async () => {
-  const nft = await parse(["--nftables-sync-period=45s", "--iptables-sync-period=10s"]);
-  assert.equal(nft.config.syncPeriodMs, 45_000);
+Deno.test("parseCommandLine() applies --iptables-*-sync-period in every mode, as upstream, and --nftables-* in nft mode over them", async () => {
+  const nft = await parse(["--iptables-sync-period=10s", "--iptables-min-sync-period=2s"]);
+  assert.equal(nft.config.syncPeriodMs, 10_000);
+  assert.equal(nft.config.minSyncPeriodMs, 2_000);
+  const both = await parse(["--nftables-sync-period=45s", "--iptables-sync-period=10s"]);
+  assert.equal(both.config.syncPeriodMs, 45_000);
   const iptables = await parse([
     "--mode=iptables",
     "--nftables-min-sync-period=5s",
     "--iptables-min-sync-period=100ms",
   ]);
   assert.equal(iptables.config.minSyncPeriodMs, 100);
+  const overFile = await parse(
+    ["--config=kube-proxy.yaml", "--iptables-sync-period=3m"],
+    "mode: nftables\nnftables:\n  syncPeriod: 1m\n",
+  );
+  assert.equal(overFile.config.syncPeriodMs, 180_000);
 });
 
-Deno.test("parseCommandLine() lets --bind-address 0.0.0.0 undo a file's bindAddress", async () => {
-  const { config } = await parse(
-    ["--config=kube-proxy.yaml", "--bind-address=0.0.0.0"],
-    "bindAddress: 10.0.0.5\n",
-  );
-  assert.equal(config.bindAddress, "");
+Deno.test("parseCommandLine() reads --bind-address 0.0.0.0 as no bind address", async () => {
+  assert.equal((await parse(["--bind-address=0.0.0.0"])).config.bindAddress, "");
   assert.equal((await parse(["--bind-address=fd00::5"])).config.bindAddress, "fd00::5");
 });
 
@@ -309,10 +361,7 @@ Deno.test("parseCommandLine() accumulates repeated --nodeport-addresses, as pfla
     "fd00::/64",
   ]);
   assert.deepEqual(config.nodePortAddresses, ["10.0.0.0/8", "192.168.0.0/16", "fd00::/64"]);
-  const cleared = await parse(
-    ["--config=kube-proxy.yaml", "--nodeport-addresses="],
-    "nodePortAddresses: [primary]\n",
-  );
+  const cleared = await parse(["--nodeport-addresses="]);
   assert.deepEqual(cleared.config.nodePortAddresses, []);
 });
 
@@ -336,6 +385,7 @@ Deno.test("parseCommandLine() reports the actions asked for", async () => {
     "--dry-run=true",
     "--cleanup",
     "--cleanup-iptables=true",
+    "--init-only",
     "--output=json",
     "--write-config-to",
     "/tmp/kp.yaml",
@@ -347,6 +397,7 @@ Deno.test("parseCommandLine() reports the actions asked for", async () => {
     output: "json",
     cleanup: true,
     cleanupIptables: true,
+    initOnly: true,
     writeConfigTo: "/tmp/kp.yaml",
   });
   assert.equal((await parse(["--cleanup=false"])).actions.cleanup, false);
@@ -542,6 +593,29 @@ const ALL_FLAGS = [
   "--conntrack-udp-timeout-stream <duration>",
   "--write-config-to <path>",
   "--cleanup-iptables [bool]",
+  "--init-only [bool]",
+  "--oom-score-adj <n>",
+  "--bind-address-hard-fail [bool]",
+  "--healthz-port <port>",
+  "--metrics-port <port>",
+  "--max-cluster-file-bytes <bytes>",
+  "--max-list-bytes <bytes>",
+  "--max-watch-event-bytes <bytes>",
+  "--logging-format <format>",
+  "--log-flush-frequency <duration>",
+  "--vmodule <patterns>",
+  "--log-text-split-stream [bool]",
+  "--log-text-info-buffer-size <quantity>",
+  "--log-json-split-stream [bool]",
+  "--log-json-info-buffer-size <quantity>",
+  "--feature-gates <gates>",
+  "--kube-api-content-type <type>",
+  "--kube-api-qps <qps>",
+  "--kube-api-burst <n>",
+  "--config-sync-period <duration>",
+  "--profiling [bool]",
+  "--show-hidden-metrics-for-version <version>",
+  "--iptables-localhost-nodeports [bool]",
   "-v, --v <level>",
   "-h, --help",
   "--version",
