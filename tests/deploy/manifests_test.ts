@@ -3,11 +3,13 @@
  * replaces kube-proxy's (host network, priority, tolerations, xtables lock, kernel modules,
  * probes on the health server's port), its command line and ConfigMap load with the proxy's own
  * parser, it holds NET_ADMIN and nothing else, and RBAC grants exactly the reads and Event
- * writes the proxy needs.
+ * writes the proxy needs. `kubectl kustomize` builds the base and the optional --init-only
+ * component (deploy/overlays/init-only).
  *
  * @module
  */
 import assert from "node:assert/strict";
+import { relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadAll } from "js-yaml";
 import { parseCommandLine } from "../../src/config/flags.ts";
@@ -34,6 +36,7 @@ interface K8sObject {
 }
 
 interface PodSpec {
+  initContainers?: Container[];
   hostNetwork?: boolean;
   priorityClassName?: string;
   serviceAccountName?: string;
@@ -377,4 +380,72 @@ Deno.test("static pod example's ClusterRoleBinding gives deploy/rbac.yaml's Clus
   const binding = only("sidecar-example.yaml", "ClusterRoleBinding");
   assert.equal(binding.roleRef?.name, only("rbac.yaml", "ClusterRole").metadata?.name);
   assert.deepEqual(binding.subjects?.map((s) => s.kind), ["User"]);
+});
+
+/**
+ * The documents `kubectl kustomize` prints for a kustomization holding `deploy/` and the given
+ * components of it, built from a temporary directory as a user's own kustomization would.
+ */
+async function kustomize(components: string[]): Promise<K8sObject[]> {
+  const dir = await Deno.makeTempDir({ prefix: "knp-cfg-kustomize-" });
+  try {
+    const base = relative(dir, DEPLOY);
+    await Deno.writeTextFile(
+      `${dir}/kustomization.yaml`,
+      [
+        "resources:",
+        `  - ${base}`,
+        ...(components.length > 0 ? ["components:"] : []),
+        ...components.map((component) => `  - ${base}/${component}`),
+        "",
+      ].join("\n"),
+    );
+    const output = await new Deno.Command("kubectl", {
+      args: ["kustomize", dir],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(output.stderr);
+    assert.ok(output.success, `kubectl kustomize failed: ${stderr}`);
+    return loadAll(new TextDecoder().decode(output.stdout)) as K8sObject[];
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("kubectl kustomize builds deploy/ into exactly its RBAC, ConfigMap and DaemonSet, without an init container", async () => {
+  const built = await kustomize([]);
+  assert.deepEqual(built.map((doc) => doc.kind).sort(), [
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ConfigMap",
+    "DaemonSet",
+    "ServiceAccount",
+  ]);
+  const spec = built.find((doc) => doc.kind === "DaemonSet")?.spec?.template?.spec ?? {};
+  assert.equal(spec.initContainers, undefined);
+});
+
+Deno.test("the init-only component adds a privileged --init-only init container reading the same ConfigMap, and leaves the proxy NET_ADMIN only", async () => {
+  const built = await kustomize(["overlays/init-only"]);
+  const spec = built.find((doc) => doc.kind === "DaemonSet")?.spec?.template?.spec ?? {};
+  const [init, ...more] = spec.initContainers ?? [];
+  assert.ok(init !== undefined && more.length === 0, "one init container");
+  assert.equal(init.image, container.image);
+  assert.equal(init.securityContext?.privileged, true);
+  const initLine = await commandLineOf(spec, init).parsed;
+  const proxyLine = await commandLineOf(spec, spec.containers?.[0] ?? {}).parsed;
+  assert.equal(initLine.actions.initOnly, true);
+  assert.equal(proxyLine.actions.initOnly, false);
+  // The same settings: what the init container sets is what the proxy would have asked for.
+  assert.deepEqual(initLine.config, proxyLine.config);
+  // Nothing else of the pod changes: the proxy keeps NET_ADMIN only, unprivileged.
+  assert.deepEqual({ ...spec, initContainers: undefined }, {
+    ...podSpec,
+    initContainers: undefined,
+  });
+  assert.deepEqual(spec.containers?.[0]?.securityContext?.capabilities, {
+    add: ["NET_ADMIN"],
+    drop: ["ALL"],
+  });
 });
