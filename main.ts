@@ -33,6 +33,7 @@ import { readNodeFacts } from "./src/node/node_facts.ts";
 import { runProxy } from "./src/runner/proxy.ts";
 import { healthTimeoutMs, ProxyHealth } from "./src/server/health.ts";
 import { watchConfigFile } from "./src/source/config_file_watch.ts";
+import { rateLimitedFetch, TokenBucket } from "./src/source/rate_limit.ts";
 import type { Source } from "./src/source/events.ts";
 import { reportUserErrors } from "./src/user_errors.ts";
 import { VERSION } from "./src/version.ts";
@@ -188,6 +189,13 @@ async function createSource(
     recordEvents: !options.once,
     maxListBytes: config.maxListBytes,
     maxEventBytes: config.maxWatchEventBytes,
+    fetch: rateLimitedFetch(
+      fetch,
+      new TokenBucket({
+        qps: config.kubeApiQps,
+        burst: config.kubeApiBurst,
+      }),
+    ),
   });
 }
 

@@ -88,6 +88,13 @@ export interface Config {
   kubeconfig: string;
   /** API server URL overriding the kubeconfig's. */
   master: string;
+  /**
+   * API requests per second the client may send on average (client-go's token bucket); 0 or
+   * below sends without limit. Default 5.
+   */
+  kubeApiQps: number;
+  /** API requests the client may send at once before {@link kubeApiQps} applies. Default 10. */
+  kubeApiBurst: number;
   /** Take objects from this YAML file instead of the API server. */
   fromFile: string;
   /**
@@ -153,6 +160,8 @@ export const DEFAULT_CONFIG: Readonly<Config> = Object.freeze(
     iptablesBackend: "auto",
     kubeconfig: "",
     master: "",
+    kubeApiQps: 5,
+    kubeApiBurst: 10,
     fromFile: "",
     maxClusterFileBytes: 128 * 2 ** 20,
     maxListBytes: 256 * 2 ** 20,

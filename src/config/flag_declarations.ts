@@ -365,10 +365,16 @@ export function declareFlags() {
       ),
     )
     .addOption(
-      new Option("--kube-api-qps <qps>", "accepted, no effect: no client-side rate limit"),
+      new Option(
+        "--kube-api-qps <qps>",
+        `API requests per second on average; 0 or below: no limit${byDefault(d.kubeApiQps)}`,
+      ),
     )
     .addOption(
-      new Option("--kube-api-burst <n>", "accepted, no effect: no client-side rate limit"),
+      new Option(
+        "--kube-api-burst <n>",
+        `API requests sent at once before --kube-api-qps applies${byDefault(d.kubeApiBurst)}`,
+      ),
     )
     .addOption(
       durationOption(

@@ -327,6 +327,8 @@ Deno.test("parseCommandLine() reads every value flag", async () => {
     iptablesBackend: "legacy",
     kubeconfig: "/etc/kp.conf",
     master: "https://10.0.0.1:6443",
+    kubeApiQps: 5,
+    kubeApiBurst: 10,
     fromFile: "cluster.yaml",
     verbosity: 4,
     loggingFormat: "text",

@@ -44,6 +44,7 @@ import {
 } from "./kubeproxy_yaml.ts";
 import {
   checkBindAddress,
+  checkBurst,
   checkClusterCIDRs,
   checkConntrackCount,
   checkConntrackTimeout,
@@ -173,7 +174,11 @@ export function toKubeProxyConfiguration(
     kind: "KubeProxyConfiguration",
     bindAddress: config.bindAddress === "" ? "0.0.0.0" : config.bindAddress,
     bindAddressHardFail: config.bindAddressHardFail,
-    clientConnection: { kubeconfig: config.kubeconfig },
+    clientConnection: {
+      burst: config.kubeApiBurst,
+      kubeconfig: config.kubeconfig,
+      qps: config.kubeApiQps,
+    },
     clusterCIDR: noDetector ? "" : config.clusterCIDRs.join(","),
     conntrack: {
       maxPerCore: config.conntrackMaxPerCore,
@@ -345,6 +350,15 @@ function readKubeProxyConfiguration(
   clientConnection.noteUnknown(SECTION_FIELDS.clientConnection);
   const kubeconfig = clientConnection.string("kubeconfig");
   if (kubeconfig !== "") result.kubeconfig = kubeconfig;
+  // Zero is unset: upstream's defaulting makes it 5 and 10.
+  const qps = clientConnection.number("qps");
+  if (qps !== 0) result.kubeApiQps = qps;
+  const burst = clientConnection.integer("burst");
+  if (burst !== undefined && burst !== 0) {
+    const rule = checkBurst(burst);
+    if (rule !== undefined) clientConnection.fail("burst", rule);
+    result.kubeApiBurst = burst;
+  }
 
   Object.assign(result, readConntrack(top.section("conntrack")));
 

@@ -392,6 +392,8 @@ Deno.test("parseKubeProxyConfiguration() reads every other upstream field, listi
     'configSyncPeriod: 15m0s\nportRange: "30000-32767"\nwindowsRunAsService: true\n';
   const { result, warnings } = parseWarning(body);
   assert.deepEqual(result, {
+    kubeApiQps: 10.5,
+    kubeApiBurst: 20,
     loggingFormat: "json",
     bindAddressHardFail: true,
     oomScoreAdj: -998,
@@ -407,10 +409,6 @@ Deno.test("parseKubeProxyConfiguration() reads every other upstream field, listi
     "with its gates at their defaults); " +
     "clientConnection.contentType (application/vnd.kubernetes.protobuf): the API server is " +
     "always read as JSON; " +
-    "clientConnection.qps (10.5): no client-side rate limit (the proxy sends one list and one " +
-    "watch per kind); " +
-    "clientConnection.burst (20): no client-side rate limit (the proxy sends one list and one " +
-    "watch per kind); " +
     "enableProfiling (true): no /debug/pprof here (it is Go's profiler); " +
     "showHiddenMetricsForVersion (1.30): kube-nftproxy hides no metrics; " +
     "configSyncPeriod (15m0s): the watches need no periodic resync (syncPeriod forces full " +
@@ -699,6 +697,8 @@ const CUSTOM: Config = {
   iptablesBackend: "auto",
   kubeconfig: "/etc/kubernetes/kube-proxy.conf",
   master: "",
+  kubeApiQps: 7.5,
+  kubeApiBurst: 20,
   fromFile: "",
   maxClusterFileBytes: DEFAULT_CONFIG.maxClusterFileBytes,
   maxListBytes: DEFAULT_CONFIG.maxListBytes,
@@ -744,7 +744,7 @@ Deno.test("toKubeProxyConfiguration() writes upstream's schema with both backend
     kind: "KubeProxyConfiguration",
     bindAddress: "10.0.0.7",
     bindAddressHardFail: true,
-    clientConnection: { kubeconfig: "/etc/kubernetes/kube-proxy.conf" },
+    clientConnection: { burst: 20, kubeconfig: "/etc/kubernetes/kube-proxy.conf", qps: 7.5 },
     clusterCIDR: "10.244.0.0/16,fd00:10:244::/56",
     conntrack: {
       maxPerCore: 0,

@@ -58,16 +58,6 @@ export function unusedFields(top: Fields): string[] {
       report(`clientConnection.${key}`, value, "the API server is always read as JSON");
     }
   }
-  for (const key of ["qps", "burst"]) {
-    const value = client.number(key);
-    if (value !== 0) {
-      report(
-        `clientConnection.${key}`,
-        value,
-        "no client-side rate limit (the proxy sends one list and one watch per kind)",
-      );
-    }
-  }
 
   if (top.boolean("enableProfiling")) {
     report("enableProfiling", true, "no /debug/pprof here (it is Go's profiler)");

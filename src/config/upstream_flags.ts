@@ -12,7 +12,13 @@ import { invalidValue } from "./config_error.ts";
 import { parseGoDuration } from "./duration.ts";
 import type { Flags } from "./flag_declarations.ts";
 import { appendPortIfNeeded, splitHostPort } from "./address_syntax.ts";
-import { checkByteLimit, checkLoggingFormat, checkOomScoreAdj } from "./validation.ts";
+import {
+  checkBurst,
+  checkByteLimit,
+  checkLoggingFormat,
+  checkOomScoreAdj,
+  checkQps,
+} from "./validation.ts";
 
 /**
  * The flags upstream documents as "ignored if a config file is specified by --config" (and the
@@ -178,23 +184,14 @@ export function readUpstreamFlags(
     noEffect(`--kube-api-content-type=${contentType}`, "the API server is always read as JSON");
   }
   if (flags.kubeApiQps !== undefined) {
-    const qps = Number(flags.kubeApiQps);
-    reject(
-      "--kube-api-qps",
-      flags.kubeApiQps,
-      flags.kubeApiQps.trim() !== "" && Number.isFinite(qps) ? undefined : "must be a number",
-    );
-    noEffect(
-      "--kube-api-qps",
-      "no client-side rate limit (the proxy sends one list and one watch per kind)",
-    );
+    const qps = flags.kubeApiQps.trim() === "" ? Number.NaN : Number(flags.kubeApiQps);
+    reject("--kube-api-qps", flags.kubeApiQps, checkQps(qps));
+    set("kubeApiQps", qps, "--kube-api-qps");
   }
   if (flags.kubeApiBurst !== undefined) {
-    readInteger("--kube-api-burst", flags.kubeApiBurst);
-    noEffect(
-      "--kube-api-burst",
-      "no client-side rate limit (the proxy sends one list and one watch per kind)",
-    );
+    const burst = readInteger("--kube-api-burst", flags.kubeApiBurst);
+    reject("--kube-api-burst", burst, checkBurst(burst));
+    set("kubeApiBurst", burst, "--kube-api-burst");
   }
   if (flags.configSyncPeriod !== undefined) {
     const ms = readDuration("--config-sync-period", flags.configSyncPeriod);

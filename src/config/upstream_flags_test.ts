@@ -45,8 +45,8 @@ const UPSTREAM_FLAGS: [string, string[], Effect][] = [
   ["--kube-api-content-type", ["--kube-api-content-type=application/vnd.kubernetes.protobuf"], {
     warning: /kube-api-content-type=application\/vnd.kubernetes.protobuf has no effect: .*JSON/,
   }],
-  ["--kube-api-burst", ["--kube-api-burst=20"], { warning: /--kube-api-burst has no effect/ }],
-  ["--kube-api-qps", ["--kube-api-qps=7.5"], { warning: /--kube-api-qps has no effect/ }],
+  ["--kube-api-burst", ["--kube-api-burst=20"], { config: { kubeApiBurst: 20 } }],
+  ["--kube-api-qps", ["--kube-api-qps=7.5"], { config: { kubeApiQps: 7.5 } }],
   ["--hostname-override", ["--hostname-override=Node-9"], { config: { hostname: "node-9" } }],
   ["--bind-address", ["--bind-address=10.0.0.9"], { config: { bindAddress: "10.0.0.9" } }],
   ["--healthz-bind-address", ["--healthz-bind-address=127.0.0.1:1"], {

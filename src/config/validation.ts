@@ -157,6 +157,16 @@ export function checkOomScoreAdj(value: number): string | undefined {
     : "must be in the range [-1000, 1000]";
 }
 
+/** Checks an API client's `qps`: any finite number (0 or below: no limit). */
+export function checkQps(qps: number): string | undefined {
+  return Number.isFinite(qps) ? undefined : "must be a number";
+}
+
+/** Checks an API client's `burst`: a whole number from 0 up (0: the default). */
+export function checkBurst(burst: number): string | undefined {
+  return Number.isSafeInteger(burst) && burst >= 0 ? undefined : "must be a whole number >= 0";
+}
+
 /** Checks a size limit in bytes: a whole number above 0 (at most 2^53). */
 export function checkByteLimit(bytes: number): string | undefined {
   return Number.isSafeInteger(bytes) && bytes > 0 ? undefined : "must be a whole number above 0";
@@ -337,6 +347,8 @@ export function validateConfig(config: Config, options: ValidateConfigOptions = 
   fail("verbosity", config.verbosity, checkVerbosity(config.verbosity));
   fail("loggingFormat", config.loggingFormat, checkLoggingFormat(config.loggingFormat));
   fail("oomScoreAdj", config.oomScoreAdj, checkOomScoreAdj(config.oomScoreAdj));
+  fail("kubeApiQps", config.kubeApiQps, checkQps(config.kubeApiQps));
+  fail("kubeApiBurst", config.kubeApiBurst, checkBurst(config.kubeApiBurst));
   for (const key of ["maxClusterFileBytes", "maxListBytes", "maxWatchEventBytes"] as const) {
     fail(key, config[key], checkByteLimit(config[key]));
   }
@@ -390,6 +402,8 @@ export function describeField(key: keyof Config, mode: ProxyMode): string {
     iptablesBackend: "--iptables-backend",
     kubeconfig: "clientConnection.kubeconfig/--kubeconfig",
     master: "--master",
+    kubeApiQps: "clientConnection.qps/--kube-api-qps",
+    kubeApiBurst: "clientConnection.burst/--kube-api-burst",
     fromFile: "--from-file",
     maxClusterFileBytes: "--max-cluster-file-bytes",
     maxListBytes: "--max-list-bytes",
