@@ -131,6 +131,8 @@ export async function readConfigFields(): Promise<ConfigField[]> {
 
 function valueKind(key: keyof Config, property: DocProperty): string {
   if (key.endsWith("Ms")) return "duration (`30s`, `1m0s`, `500ms`)";
+  if (key.endsWith("Bytes")) return "bytes (`1048576`, `64Ki`, `128Mi`, `1Gi`)";
+  if (key === "kubeApiQps") return "number (`5`, `0.5`)";
   if (property.tsType?.kind === "array") return "list (comma-separated in a flag)";
   switch (typeof DEFAULT_CONFIG[key]) {
     case "boolean":
@@ -245,13 +247,28 @@ export function renderConfigDocs(
     "",
     "Each option has a default, can be set in the `KubeProxyConfiguration` file given with " +
     "`--config` (kube-proxy's own v1alpha1 schema, so an existing kube-proxy ConfigMap works), " +
-    "and can be set by a flag. Flags override the file, which overrides the defaults. Flag " +
-    "values follow kube-proxy's habits: `--flag=value` or `--flag value`, booleans as `--flag` " +
-    "or `--flag=false`, lists comma-separated. `kube-nftproxy --help` prints the same flags.",
+    "and can be set by a flag. Flags override the file, which overrides the defaults — except " +
+    "the flags upstream ignores when `--config` is given (`--bind-address`, " +
+    "`--healthz-bind-address`, `--metrics-bind-address`, `--healthz-port`, `--metrics-port`, " +
+    "`--cluster-cidr`, `--nodeport-addresses`, `--detect-local-mode`, `--proxy-mode`, " +
+    "`--oom-score-adj`, `--feature-gates`, `--profiling`, `--show-hidden-metrics-for-version`), " +
+    "which are then ignored with one warning naming them. Flag values follow kube-proxy's " +
+    "habits: `--flag=value` or `--flag value`, booleans as `--flag` or `--flag=false`, lists " +
+    "comma-separated. `kube-nftproxy --help` prints the same flags.",
+    "",
+    "The file is decoded as upstream decodes it: strictly, and when only strictness fails " +
+    "(unknown fields such as the removed `udpIdleTimeout`, or a repeated key, the last of which " +
+    "wins) leniently, with one warning naming what was skipped; a wrong type or a bad value is " +
+    "an error naming the field. Upstream fields that have no effect here (`featureGates`, " +
+    "`winkernel`, `enableProfiling`, `showHiddenMetricsForVersion`, `configSyncPeriod`, " +
+    "`portRange`, a protobuf `clientConnection.contentType`, `logging.vmodule`, …) are " +
+    "type-checked and, when set, listed once at start-up with the reason.",
     "",
     "Where an option has one config-file field per mode (`nftables.*` and `iptables.*`), the " +
-    "field of the mode in use counts; the flags of the other mode are accepted and ignored, as " +
-    "upstream does.",
+    "field of the mode in use counts. `--iptables-sync-period` and `--iptables-min-sync-period` " +
+    "set the periods in nft mode too, as upstream; `--nftables-*` (ours) apply in nft mode only, " +
+    'over them. Flags marked "an extension of ours" do not exist upstream; flags marked ' +
+    '"accepted, no effect" are upstream\'s and log one warning saying why when given.',
     "",
     "## Options",
     "",
@@ -262,7 +279,8 @@ export function renderConfigDocs(
     ...sections.flatMap((section) => [section, ""]),
     "## Actions and other flags",
     "",
-    "These flags do not set an option: they choose what the process does.",
+    "These flags do not set an option of their own: they choose what the process does, or are " +
+    "upstream's, accepted for compatibility.",
     "",
     "| Flag | What it does |",
     "| --- | --- |",

@@ -269,14 +269,14 @@ export function declareFlags() {
     .addOption(
       booleanFlag(
         "--init-only",
-        "do the start-up work that needs more than CAP_NET_ADMIN (conntrack sysctls, " +
-          "oom_score_adj), then exit; run the proxy again with CAP_NET_ADMIN only",
+        "do the start-up work that needs more than CAP_NET_ADMIN (the conntrack sysctls), " +
+          "then exit; run the proxy again with CAP_NET_ADMIN only",
       ),
     )
     .addOption(
       new Option(
         "--oom-score-adj <n>",
-        `the process's oom_score_adj, -1000 to 1000 (ignored with --config)${
+        `the process's oom_score_adj, from -1000 to 1000 (ignored with --config)${
           byDefault(d.oomScoreAdj)
         }`,
       ),

@@ -63,8 +63,8 @@ export interface CommandLineActions {
   /** `--cleanup-iptables`: remove the KUBE-* iptables rules kube-proxy left, then exit. */
   cleanupIptables: boolean;
   /**
-   * `--init-only`: do the start-up work that needs more than CAP_NET_ADMIN (conntrack sysctls,
-   * oom_score_adj), then exit, as upstream's flag.
+   * `--init-only`: do the start-up work that needs more than CAP_NET_ADMIN (the conntrack
+   * sysctls), then exit, as upstream's flag.
    */
   initOnly: boolean;
   /** `--write-config-to PATH`: write the configuration there and exit; "" when not asked. */
