@@ -30,6 +30,19 @@ Deno.test("loadYamlDocuments() reads every document of a stream as plain data", 
   ]);
 });
 
+Deno.test("loadYamlDocuments() refuses a repeated key unless told the last one wins", () => {
+  const text = "a: 1\nb:\n  c: 1\n  c: 2\n";
+  assert.throws(() => loadYamlDocuments(text), (error: unknown) => {
+    assert.ok(error instanceof YAMLException);
+    assert.equal(error.reason, "duplicated mapping key");
+    assert.equal(error.mark?.line, 3);
+    return true;
+  });
+  assert.deepEqual(loadYamlDocuments(text, { duplicateKeys: "last-wins" }), [
+    { a: 1, b: { c: 2 } },
+  ]);
+});
+
 Deno.test("loadYamlDocuments() accepts aliases that repeat little", () => {
   assert.deepEqual(loadYamlDocuments("a: &x [1, 2]\nb: *x\nc: &s str\nd: *s\n"), [
     { a: [1, 2], b: [1, 2], c: "str", d: "str" },

@@ -223,3 +223,13 @@ Deno.test("parseCommandLine() rejects bad values of upstream's flags, naming the
     await assert.rejects(parse(argv), message, argv.join(" "));
   }
 });
+
+Deno.test("DEFAULT_CONFIG's size limits are the sources' own defaults", async () => {
+  const { DEFAULT_MAX_FILE_BYTES } = await import("../source/file_source.ts");
+  const { DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LIST_BYTES } = await import(
+    "../source/reflector_options.ts"
+  );
+  assert.equal(DEFAULT_CONFIG.maxClusterFileBytes, DEFAULT_MAX_FILE_BYTES);
+  assert.equal(DEFAULT_CONFIG.maxListBytes, DEFAULT_MAX_LIST_BYTES);
+  assert.equal(DEFAULT_CONFIG.maxWatchEventBytes, DEFAULT_MAX_EVENT_BYTES);
+});
