@@ -3,8 +3,8 @@
  * of its own: a hand-written v1alpha1 file with removed fields, an `ipvs:` block and a duplicate
  * key starts the proxy with one warning; a change of that file ends the daemon with one line and
  * a non-zero code, as upstream, so its pod restarts with the new ConfigMap; `--init-only` makes
- * the privileged start-up settings and exits without touching the ruleset; and the size limits
- * given as flags reach the sources.
+ * the privileged start-up settings and exits without touching the ruleset; the size limits
+ * given as flags reach the sources; and `--iptables-sync-period` drives nft mode's syncs.
  *
  * @module
  */
@@ -218,6 +218,43 @@ Deno.test({
         timeoutMs: 60_000,
       });
       assert.equal(large.code, 0, large.stderr);
+    });
+  },
+});
+
+Deno.test({
+  name:
+    "--iptables-sync-period sets the sync period in nft mode, as upstream: an idle daemon re-syncs every second",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    await withNamespace(async (ns, dir) => {
+      const proxy = startProcess(
+        proxyCommand([
+          `--from-file=${dir}/cluster.yaml`,
+          "--hostname-override=node-a",
+          "--iptables-sync-period=1s",
+          "--iptables-min-sync-period=0s",
+          "-v=4",
+        ]),
+        { ns, env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" } },
+      );
+      try {
+        await proxy.waitForOutput(/first sync timing/, 60_000);
+        const syncs = () => proxy.output().match(/synced (fully|partially):/g)?.length ?? 0;
+        const first = syncs();
+        // With the default 30 s period nothing would sync in this window; a second each here.
+        // Bounded wait, generous for a loaded machine: 3 syncs within 20 s.
+        const deadline = Date.now() + 20_000;
+        while (syncs() < first + 3 && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 200));
+        }
+        assert.ok(syncs() >= first + 3, `only ${syncs() - first} syncs:\n${proxy.output()}`);
+        assert.match(proxy.output(), /mode nft/);
+      } finally {
+        await proxy.stop();
+      }
     });
   },
 });
