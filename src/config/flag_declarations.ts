@@ -117,22 +117,24 @@ export function declareFlags() {
       new Option(
         "--bind-address <ip>",
         "this node's primary IP; 0.0.0.0 or :: means take the IPs from the Node object " +
-          "(nothing binds to it; the name is historical) (default: 0.0.0.0)",
+          "(nothing binds to it; the name is historical; ignored with --config) (default: " +
+          "0.0.0.0)",
       ),
     )
     .addOption(
       new Option(
         "--cluster-cidr <cidrs>",
         "pod network CIDRs, comma-separated, at most one per IP family; with " +
-          "--detect-local-mode=ClusterCIDR, traffic from them is local (default: none)",
+          "--detect-local-mode=ClusterCIDR, traffic from them is local (ignored with --config) " +
+          "(default: none)",
       ),
     )
     .addOption(
       new Option(
         "--nodeport-addresses <cidrs>",
         "CIDRs, comma-separated, whose node addresses accept NodePorts (0.0.0.0/0, ::/0: every " +
-          "local address), or 'primary' for the Node's primary IPs (default: primary in nft " +
-          "mode, every local address in iptables mode)",
+          "local address), or 'primary' for the Node's primary IPs (ignored with --config) " +
+          "(default: primary in nft mode, every local address in iptables mode)",
       ).argParser(collect),
     )
     .addOption(booleanFlag("--masquerade-all", "SNAT all traffic sent to service IPs"))
@@ -174,22 +176,22 @@ export function declareFlags() {
       new Option(
         "--healthz-bind-address <ip:port>",
         `address of /healthz and /livez; a bare IP gets port ${DEFAULT_PORTS.healthz}; "" ` +
-          `disables${byDefault(d.healthzBindAddress)}`,
+          `disables (ignored with --config)${byDefault(d.healthzBindAddress)}`,
       ),
     )
     .addOption(
       new Option(
         "--metrics-bind-address <ip:port>",
-        `address of /metrics; a bare IP gets port ${DEFAULT_PORTS.metrics}; "" disables${
-          byDefault(d.metricsBindAddress)
-        }`,
+        `address of /metrics; a bare IP gets port ${DEFAULT_PORTS.metrics}; "" disables ` +
+          `(ignored with --config)${byDefault(d.metricsBindAddress)}`,
       ),
     )
     .addOption(
       new Option(
         "--detect-local-mode <mode>",
         "how pod traffic is told from outside traffic: ClusterCIDR, NodeCIDR, " +
-          `BridgeInterface or InterfaceNamePrefix${byDefault(d.detectLocalMode)}`,
+          "BridgeInterface or InterfaceNamePrefix (ignored with --config)" +
+          byDefault(d.detectLocalMode),
       ),
     )
     .addOption(
