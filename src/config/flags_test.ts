@@ -130,9 +130,9 @@ Deno.test("parseCommandLine() rejects bad and contradicting modes", async () => 
     'flag --mode is "nftables", must be nft or iptables',
   );
   await assertFails(
-    parse(["--proxy-mode=ipvs"]),
-    'flag --proxy-mode is "ipvs", must be "nftables", "iptables" or "" (the default, nftables): ' +
-      "kube-nftproxy has no ipvs mode",
+    parse(["--proxy-mode=kernelspace"]),
+    'flag --proxy-mode is "kernelspace", must be "nftables", "iptables", "ipvs" or "" ' +
+      "(the default, nftables): kube-nftproxy has no kernelspace mode",
   );
   await assertFails(
     parse(["--mode=nft", "--proxy-mode=iptables"]),
@@ -538,6 +538,15 @@ const ALL_FLAGS = [
   "--conntrack-udp-timeout-stream <duration>",
   "--write-config-to <path>",
   "--cleanup-iptables [bool]",
+  "--scheduler <scheduler>",
+  "--ipvs-sync-period <duration>",
+  "--ipvs-min-sync-period <duration>",
+  "--ipvs-scheduler <name>",
+  "--ipvs-exclude-cidrs <cidrs>",
+  "--ipvs-strict-arp [bool]",
+  "--ipvs-tcp-timeout <duration>",
+  "--ipvs-tcpfin-timeout <duration>",
+  "--ipvs-udp-timeout <duration>",
   "-v, --v <level>",
   "-h, --help",
   "--version",

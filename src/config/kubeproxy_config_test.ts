@@ -122,20 +122,15 @@ Deno.test("parseKubeProxyConfiguration() maps mode nftables to nft and iptables 
   assert.deepEqual(parse("mode: null\n"), {});
 });
 
-Deno.test("parseKubeProxyConfiguration() rejects the ipvs and kernelspace modes clearly", () => {
-  assertRejects(
-    "mode: ipvs\n",
-    'config kube-proxy.yaml: mode is "ipvs", must be "nftables", "iptables" or "" ' +
-      "(the default, nftables): kube-nftproxy has no ipvs mode",
-  );
+Deno.test("parseKubeProxyConfiguration() rejects the kernelspace mode clearly", () => {
   assertRejects(
     "mode: kernelspace\n",
-    'config kube-proxy.yaml: mode is "kernelspace", must be "nftables", "iptables" or "" ' +
+    'config kube-proxy.yaml: mode is "kernelspace", must be "nftables", "iptables", "ipvs" or "" ' +
       "(the default, nftables): kube-nftproxy has no kernelspace mode",
   );
   assertRejects(
     "mode: nft\n",
-    'config kube-proxy.yaml: mode is "nft", must be "nftables", "iptables" or "" ' +
+    'config kube-proxy.yaml: mode is "nft", must be "nftables", "iptables", "ipvs" or "" ' +
       "(the default, nftables)",
   );
 });
