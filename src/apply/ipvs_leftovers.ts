@@ -202,7 +202,12 @@ export async function removeIpvsLeftovers(options: RemoveIpvsLeftoversOptions): 
   const fail = (what: string, err: unknown) => options.onFailure(what, err);
   /** Runs a step's program; a non-zero exit is an error carrying its stderr. */
   const must = async (argv: readonly string[], stdin?: string) => {
-    const result = await run(argv, { stdin });
+    const result = await run(argv, { stdin }).catch((err) => {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+      throw new Error(`${argv[0]} is not installed (needed for: ${argv.join(" ")})`, {
+        cause: err,
+      });
+    });
     if (result.code !== 0) {
       throw new Error(`${argv.join(" ")}: ${result.stderr.trim() || `exit code ${result.code}`}`);
     }

@@ -216,6 +216,10 @@ Deno.test("removeIpvsLeftovers() reports each failure and still runs the other s
     "link kube-ipvs0",
     "ipset KUBE-CLUSTER-IP",
   ]);
+  assert.match(
+    failures[0][1],
+    /^ipvsadm is not installed \(needed for: ipvsadm -S -n\)$/,
+  );
   assert.match(failures[2][1], /in use by a kernel component/);
   assert.deepEqual(removed, ["ipsets KUBE-LOOP-BACK"]);
 });

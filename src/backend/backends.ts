@@ -49,8 +49,10 @@ export async function createBackend(config: Config, context: BackendContext): Pr
         apply: afterFirstApply(
           proxier.apply,
           () => removeOtherModes(config, context),
-          (err) =>
-            context.log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`),
+          (err) => {
+            context.log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`);
+            context.cleanupFailed?.("the other mode's rules", err);
+          },
         ),
       };
     },
