@@ -455,6 +455,7 @@ function readIpvsFlags(
   const alone = context.ipvsMode && flags.config === undefined;
   const ipvs = readIpvsSettings(given, {
     inUse: context.ipvsMode,
+    defaultScheduler: alone,
     from: "flags",
     where: "command line",
     whyNot: `the mode is ${context.mode}, and --ipvs-* flags apply only in ipvs mode ` +
@@ -469,7 +470,6 @@ function readIpvsFlags(
   } as const;
   for (const key of ["syncPeriodMs", "minSyncPeriodMs", "scheduler"] as const) {
     if (ipvs.config[key] === undefined) continue;
-    if (!alone && given[key] === undefined) continue;
     Object.assign(values, { [key]: ipvs.config[key] });
     if (given[key] !== undefined) origins.push([key, flagOf[key]]);
   }

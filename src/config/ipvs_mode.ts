@@ -125,6 +125,11 @@ export interface ReadIpvsSettingsOptions {
   where: string;
   /** Why the settings do not apply, when `inUse` is false (e.g. `mode is nftables`). */
   whyNot?: string;
+  /**
+   * An unset scheduler means IPVS's default, `rr` (false: it is left to another source, e.g.
+   * flags over a file's section). Default true.
+   */
+  defaultScheduler?: boolean;
 }
 
 /**
@@ -174,21 +179,23 @@ export function readIpvsSettings(
   }
   const schedulerSetting = IPVS_SETTINGS.find((s) => s.key === "scheduler")!;
   const schedulerName = given.scheduler ?? "";
-  const mapped = mapIpvsScheduler(
-    schedulerName,
-    `${options.where}: ${name(schedulerSetting)}`,
-  );
-  config.scheduler = mapped.scheduler;
-  applied.push(
-    `${name(schedulerSetting)} (${
-      schedulerName === "" ? "unset, IPVS's default rr" : schedulerName
-    } → ${mapped.scheduler}${mapped.note === undefined ? "" : `: ${mapped.note}`})`,
-  );
+  if (schedulerName !== "" || (options.defaultScheduler ?? true)) {
+    const mapped = mapIpvsScheduler(
+      schedulerName,
+      `${options.where}: ${name(schedulerSetting)}`,
+    );
+    config.scheduler = mapped.scheduler;
+    applied.push(
+      `${name(schedulerSetting)} (${
+        schedulerName === "" ? "unset, IPVS's default rr" : schedulerName
+      } → ${mapped.scheduler}${mapped.note === undefined ? "" : `: ${mapped.note}`})`,
+    );
+  }
   const ignored = present.filter((s) => !s.applies)
     .map((s) => `${name(s)} (${showValue(given[s.key])})`);
   const warning = `${options.where}: mode ipvs runs kube-nftproxy's nftables back end ` +
     `(ipvs mode is deprecated upstream; see docs/operating.md, "Switching from ipvs mode"); ` +
-    `applied: ${applied.join(", ")}; ` +
+    `applied: ${applied.length === 0 ? "none" : applied.join(", ")}; ` +
     `ignored (no nftables meaning): ${ignored.length === 0 ? "none" : ignored.join(", ")}`;
   return { config, warning };
 }

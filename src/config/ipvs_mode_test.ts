@@ -176,6 +176,14 @@ Deno.test("parseCommandLine() lets --ipvs-* flags override the file's ipvs secti
   assert.equal(config.scheduler, "random");
   assert.equal(config.syncPeriodMs, 60_000);
   assert.equal(warnings.length, 2, JSON.stringify(warnings));
+  // A flag that leaves the scheduler alone leaves the file's.
+  const other = await parse(
+    [...FILE, "--ipvs-sync-period=2m"],
+    "mode: ipvs\nipvs:\n  scheduler: sh\n  syncPeriod: 1m0s\n",
+  );
+  assert.equal(other.config.scheduler, "source-hash");
+  assert.equal(other.config.syncPeriodMs, 120_000);
+  assert.ok(!other.warnings[1].includes("scheduler"), other.warnings[1]);
 });
 
 Deno.test("parseCommandLine() ignores --ipvs-* flags outside ipvs mode, as upstream", async () => {

@@ -198,6 +198,7 @@ export function toKubeProxyConfiguration(
       config.iptablesBackend,
     ],
     ["--master", config.master !== "", config.master],
+    ["--scheduler", config.scheduler !== DEFAULT_CONFIG.scheduler, config.scheduler],
     ["--from-file", config.fromFile !== "", config.fromFile],
   ].filter(([, differs]) => differs).map(([flag, , value]) => `${flag}=${value}`);
   if (flagOnly.length > 0) notes.push(`Not expressible here, pass as flags: ${flagOnly.join(" ")}`);
