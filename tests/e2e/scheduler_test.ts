@@ -137,6 +137,10 @@ Deno.test({
             assert.equal(new Set(names).size, 1, `${scheduler}, ${client}: ${names}`);
             assert.ok(topo.pods.some((p) => p.name === names[0]), names[0]);
           }
+          // IPv6 picks among per-endpoint chains (one vmap for round-robin and source-hash).
+          const names6 = await reached(topo, `[${ADDR.sticky6}]:80`, 10);
+          assert.equal(new Set(names6).size, 1, `${scheduler}, IPv6: ${names6}`);
+          assert.ok(topo.pods.some((p) => p.name === names6[0]), names6[0]);
         } finally {
           await proxy.stop();
         }
