@@ -230,10 +230,26 @@ export async function removeIpvsLeftovers(options: RemoveIpvsLeftoversOptions): 
     }
   }
 
+  // Read first, changing nothing: ipvs mode's ipsets (undefined where they cannot be listed).
+  let listed: ProgramResult | undefined;
+  try {
+    listed = await run(["ipset", "list", "-n"]);
+    if (listed.code !== 0) {
+      note(`ipset cannot list sets here (${listed.stderr.trim()}): no KUBE-* ipsets to remove`);
+      listed = undefined;
+    }
+  } catch {
+    note("no ipset program: no KUBE-* ipsets to look for");
+  }
+  const sets = listed?.stdout.split("\n").map((l) => l.trim())
+    .filter((name) => IPVS_IPSETS.includes(name));
+
   // 2. kube-ipvs0, which holds every Service IP as a local address.
+  let link = false;
   try {
     const shown = await run(["ip", "-o", "link", "show", "dev", IPVS_LINK]);
-    if (shown.code === 0) {
+    link = shown.code === 0;
+    if (link) {
       await must(["ip", "link", "delete", "dev", IPVS_LINK]);
       removed.push(`link ${IPVS_LINK}`);
     }
@@ -241,8 +257,11 @@ export async function removeIpvsLeftovers(options: RemoveIpvsLeftoversOptions): 
     fail(`link ${IPVS_LINK}`, err);
   }
 
-  // 3. The iptables chains, from both back ends and both families.
-  for (const backend of ["nft", "legacy"] as const) {
+  // 3. The iptables chains, from both back ends and both families: only on a node that shows
+  // ipvs mode (its link or its ipsets; the chains cannot outlive the sets they match), which
+  // spares every other start four iptables-save runs.
+  const shows = link || sets === undefined || sets.length > 0;
+  for (const backend of shows ? (["nft", "legacy"] as const) : []) {
     for (const family of ["IPv4", "IPv6"] as const) {
       const prefix = family === "IPv6" ? "ip6tables" : "iptables";
       let saved: SavedTables;
@@ -265,19 +284,9 @@ export async function removeIpvsLeftovers(options: RemoveIpvsLeftoversOptions): 
   }
 
   // 4. The ipsets, now that no rule references them.
-  let listed: ProgramResult | undefined;
-  try {
-    listed = await run(["ipset", "list", "-n"]);
-  } catch {
-    note("no ipset program: no KUBE-* ipsets to look for");
-  }
-  if (listed !== undefined && listed.code !== 0) {
-    note(`ipset cannot list sets here (${listed.stderr.trim()}): no KUBE-* ipsets to remove`);
-  } else if (listed !== undefined) {
-    const ours = listed.stdout.split("\n").map((l) => l.trim())
-      .filter((name) => IPVS_IPSETS.includes(name));
+  if (sets !== undefined) {
     const destroyed: string[] = [];
-    for (const name of ours) {
+    for (const name of sets) {
       try {
         await must(["ipset", "destroy", name]);
         destroyed.push(name);

@@ -239,3 +239,19 @@ COMMIT
   );
   assert.match(ipvsChainsCleanupScript(parseSave(withIpset), NONE), /-X KUBE-SERVICES/);
 });
+
+Deno.test("removeIpvsLeftovers() reads no iptables rules on a node without kube-ipvs0 or ipvs mode's ipsets", async () => {
+  const node = fakeNode([
+    ["ip -o link show", { code: 1, stderr: 'Device "kube-ipvs0" does not exist.' }],
+    ["ipset list -n", { stdout: "someone-elses-set\n" }],
+  ]);
+  const removed = await removeIpvsLeftovers({
+    log: () => assert.fail("nothing removed, nothing to say"),
+    note: () => {},
+    onFailure: (what, err) => assert.fail(`${what}: ${err}`),
+    run: node.run,
+    hasIpvsModule: () => Promise.resolve(false),
+  });
+  assert.deepEqual(removed, []);
+  assert.deepEqual(node.calls, ["ipset list -n", "ip -o link show dev kube-ipvs0"]);
+});
