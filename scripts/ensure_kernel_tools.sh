@@ -1,7 +1,8 @@
 #!/bin/sh
 # Makes sure of the programs that `deno task demo` and the data-plane tests run in network
-# namespaces: nft (nftables), iptables, conntrack, ip (iproute2), sysctl (procps) and curl (one
-# test reads the proxy's metrics inside a namespace). Run before `deno task demo` and
+# namespaces: nft (nftables), iptables, conntrack, ip (iproute2), sysctl (procps), curl (one
+# test reads the proxy's metrics inside a namespace) and ipset (the ipvs-mode switch-over tests
+# build and then expect removed the KUBE-* ipsets an ipvs-mode kube-proxy leaves). Run before `deno task demo` and
 # `deno task test` (and so by `.ci/run`); the only copy of this check.
 #
 # - Nothing missing: prints nothing.
@@ -38,7 +39,7 @@ has_tool() {
 
 tools=""
 packages=""
-for pair in nft:nftables iptables:iptables conntrack:conntrack ip:iproute2 sysctl:procps curl:curl; do
+for pair in nft:nftables iptables:iptables conntrack:conntrack ip:iproute2 sysctl:procps curl:curl ipset:ipset; do
   if ! has_tool "${pair%%:*}"; then
     tools="$tools ${pair%%:*}"
     packages="$packages ${pair#*:}"
@@ -46,7 +47,7 @@ for pair in nft:nftables iptables:iptables conntrack:conntrack ip:iproute2 sysct
 done
 [ -z "$packages" ] && exit 0
 
-why="the demo and the data-plane tests run nft, iptables, conntrack, ip, sysctl and curl in network namespaces"
+why="the demo and the data-plane tests run nft, iptables, conntrack, ip, sysctl, curl and ipset in network namespaces"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing$packages with apt-get (missing$tools): $why"
   log=$(mktemp)

@@ -30,6 +30,12 @@ export interface BackendContext {
   readonly nftPath?: string;
   /** Work inside this network namespace (`ip netns exec`); for tests. */
   readonly netns?: string;
+  /**
+   * Told about each thing left by another proxy (another mode of ours, or kube-proxy's ipvs
+   * mode) that could not be removed: what, and why. Already logged; for the clean-up failures
+   * metric. Default: nothing more.
+   */
+  readonly cleanupFailed?: (what: string, err: unknown) => void;
 }
 
 /** One proxy mode on this node. */

@@ -7,7 +7,9 @@
  *
  * @module
  */
+import { removeIpvsLeftovers } from "../apply/ipvs_leftovers.ts";
 import { deleteTables, tableFamilies } from "../apply/nft.ts";
+import { FIXED_CHAINS } from "../render/iptables/names.ts";
 import type { Config, ProxyMode } from "../config/config.ts";
 import type { Backend, BackendContext, BackendModule } from "./backend.ts";
 
@@ -47,8 +49,10 @@ export async function createBackend(config: Config, context: BackendContext): Pr
         apply: afterFirstApply(
           proxier.apply,
           () => removeOtherModes(config, context),
-          (err) =>
-            context.log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`),
+          (err) => {
+            context.log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`);
+            context.cleanupFailed?.("the other mode's rules", err);
+          },
         ),
       };
     },
@@ -57,11 +61,12 @@ export async function createBackend(config: Config, context: BackendContext): Pr
 
 /**
  * Removes the rules of every mode but `config.mode` (each mode's {@link Backend.cleanup}): what an
- * earlier run in another mode left, and upstream kube-proxy's nftables tables
- * ({@link removeUpstreamTables}). Upstream removes every other mode's rules before it starts
- * (`platformCleanup` in `cmd/kube-proxy/app/server_linux.go`); here it runs once our own rules
- * are in place, so no packet meets a node without rules. Every step is tried; the first error is
- * thrown after them all.
+ * earlier run in another mode left, upstream kube-proxy's nftables tables
+ * ({@link removeUpstreamTables}) and what its ipvs mode left ({@link removeIpvsModeLeftovers}).
+ * Upstream removes every other mode's rules before it starts (`platformCleanup` in
+ * `cmd/kube-proxy/app/server_linux.go`); here it runs once our own rules are in place, so no
+ * packet meets a node without rules. Every step is tried; the first error is thrown after them
+ * all (the ipvs leftovers report their own failures to `context.cleanupFailed`).
  */
 export async function removeOtherModes(config: Config, context: BackendContext): Promise<void> {
   const errors: unknown[] = [];
@@ -71,7 +76,35 @@ export async function removeOtherModes(config: Config, context: BackendContext):
       .catch((err) => errors.push(err));
   }
   await removeUpstreamTables(config, context).catch((err) => errors.push(err));
+  await removeIpvsModeLeftovers(context, { keepIptablesMode: config.mode === "iptables" });
   if (errors.length > 0) throw errors[0];
+}
+
+/**
+ * Removes what kube-proxy's ipvs mode left (IPVS virtual servers, `kube-ipvs0`, its `KUBE-*`
+ * chains and ipsets; see apply/ipvs_leftovers.ts), after the other modes' clean-up so that the
+ * ipsets are no longer referenced. With `keepIptablesMode` the chains the iptables mode
+ * programs (same names as some of ipvs mode's) stay. Never throws: each failure is logged and
+ * told to `context.cleanupFailed`.
+ */
+export async function removeIpvsModeLeftovers(
+  context: BackendContext,
+  options: { keepIptablesMode: boolean },
+): Promise<void> {
+  await removeIpvsLeftovers({
+    log: (line) => context.log.info(line),
+    note: (line) => context.log.debug(1, line),
+    onFailure: (what, err) => {
+      context.log.warn(`cannot remove ${what} left by kube-proxy's ipvs mode: ${errorText(err)}`);
+      context.cleanupFailed?.(what, err);
+    },
+    keep: options.keepIptablesMode ? FIXED_CHAINS : undefined,
+    netns: context.netns,
+  });
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }
 
 /**
@@ -103,8 +136,8 @@ export interface CleanupRequest {
 /**
  * Runs the clean-ups asked for, logging one line per mode cleaned. `--cleanup` always removes
  * the nft tables (the native mode's, which any earlier run may have left, and kube-proxy's
- * nftables tables, as upstream's own `--cleanup` does), then the configured mode's rules;
- * `--cleanup-iptables` removes the iptables mode's.
+ * nftables tables, as upstream's own `--cleanup` does), then the configured mode's rules, then
+ * what kube-proxy's ipvs mode left; `--cleanup-iptables` removes the iptables mode's.
  */
 export async function cleanUp(
   config: Config,
@@ -118,7 +151,10 @@ export async function cleanUp(
     const backend = (await BACKENDS[mode]()).createBackend({ ...config, mode }, context);
     context.log.info(await backend.cleanup());
   }
-  if (request.cleanup) await removeUpstreamTables(config, context);
+  if (request.cleanup) {
+    await removeUpstreamTables(config, context);
+    await removeIpvsModeLeftovers(context, { keepIptablesMode: false });
+  }
 }
 
 /**

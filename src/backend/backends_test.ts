@@ -13,6 +13,7 @@ import {
 } from "../../tests/e2e/iptables_harness.ts";
 import { applyNft, runNft } from "../apply/nft.ts";
 import { cleanupIptables } from "../apply/iptables.ts";
+import { runProgram } from "../apply/program.ts";
 import {
   afterFirstApply,
   cleanUp,
@@ -196,4 +197,62 @@ Deno.test("afterFirstApply() runs its follow-up once, after the first successful
   await apply("b");
   await apply("c");
   assert.deepEqual(calls, ["apply a", "apply b", "then", "error cannot", "apply c"]);
+});
+
+Deno.test({
+  name:
+    "cleanUp() removes what kube-proxy's ipvs mode left; an ipset still in use is reported to cleanupFailed",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    await withIptablesScratch(async (k) => {
+      const sh = async (cmd: string[], stdin?: string) => {
+        const r = await runProgram(cmd, { netns: k.ns, stdin });
+        assert.equal(r.code, 0, `${cmd.join(" ")}: ${r.stderr}`);
+        return r.stdout;
+      };
+      await sh(["ip", "link", "add", "kube-ipvs0", "type", "bridge"]);
+      await sh(["ip", "addr", "add", "10.96.0.10/32", "dev", "kube-ipvs0"]);
+      await sh(
+        ["ipset", "restore"],
+        "create KUBE-CLUSTER-IP hash:ip,port family inet\nadd KUBE-CLUSTER-IP 10.96.0.10,tcp:80\n" +
+          "create KUBE-LOOP-BACK hash:ip,port,ip family inet\n",
+      );
+      await sh(
+        ["iptables-nft-restore", "--noflush"],
+        "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-NODE-PORT - [0:0]\n" +
+          '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES\n' +
+          "-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\n" +
+          "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT\nCOMMIT\n" +
+          // Someone else's rule still matching one of the sets: that set cannot go.
+          "*filter\n:SOMEONE-ELSE - [0:0]\n" +
+          "-A SOMEONE-ELSE -m set --match-set KUBE-LOOP-BACK dst,dst,src -j ACCEPT\nCOMMIT\n",
+      );
+      const { log, lines } = recordingLog();
+      const failed: string[] = [];
+      await cleanUp(config, { log, netns: k.ns, cleanupFailed: (what) => failed.push(what) }, {
+        cleanup: true,
+        cleanupIptables: false,
+      });
+      assert.deepEqual(failed, ["ipset KUBE-LOOP-BACK"]);
+      assert.ok(
+        lines.includes(
+          "I T removed what kube-proxy's ipvs mode left on this node: link kube-ipvs0; " +
+            "IPv4 iptables-nft chains nat KUBE-SERVICES, nat KUBE-NODE-PORT; ipsets KUBE-CLUSTER-IP",
+        ),
+        lines.join("\n"),
+      );
+      assert.ok(
+        lines.some((l) =>
+          /^W T cannot remove ipset KUBE-LOOP-BACK left by kube-proxy's ipvs mode: .*in use/.test(l)
+        ),
+        lines.join("\n"),
+      );
+      assert.equal(
+        (await runProgram(["ip", "link", "show", "kube-ipvs0"], { netns: k.ns })).code,
+        1,
+      );
+      assert.equal((await sh(["ipset", "list", "-n"])).trim(), "KUBE-LOOP-BACK");
+      assert.doesNotMatch(await sh(["iptables-nft-save", "-t", "nat"]), /KUBE-/);
+    });
+  },
 });

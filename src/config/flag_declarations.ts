@@ -96,8 +96,17 @@ export function declareFlags() {
     .addOption(
       new Option(
         "--proxy-mode <mode>",
-        'upstream spelling of --mode: nftables, iptables or "" (ipvs is not supported)',
+        'upstream spelling of --mode: nftables, iptables, ipvs or ""; ipvs runs nft mode ' +
+          "with the --ipvs-* sync periods and scheduler (one warning says what else is ignored)",
       ),
+    )
+    .addOption(
+      new Option(
+        "--scheduler <scheduler>",
+        "nft mode (an extension of kube-nftproxy): how a new connection picks its endpoint: " +
+          "random, round-robin or source-hash (by client address)" +
+          byDefault(d.scheduler),
+      ).choices(["random", "round-robin", "source-hash"] as const),
     )
     .addOption(
       new Option(
@@ -170,6 +179,54 @@ export function declareFlags() {
         "--iptables-min-sync-period <duration>",
         `iptables mode: shortest time between syncs`,
         d.minSyncPeriodMs,
+      ),
+    )
+    .addOption(
+      durationOption(
+        "--ipvs-sync-period <duration>",
+        "ipvs mode (runs nft mode): longest time between full syncs, and the retry period",
+        d.syncPeriodMs,
+      ),
+    )
+    .addOption(
+      durationOption(
+        "--ipvs-min-sync-period <duration>",
+        "ipvs mode (runs nft mode): shortest time between syncs",
+        d.minSyncPeriodMs,
+      ),
+    )
+    .addOption(
+      new Option(
+        "--ipvs-scheduler <name>",
+        "ipvs mode: rr/wrr → round-robin, sh/mh → source-hash, lc, wlc, sed, nq, lblc, lblcr, " +
+          "dh → random (see --scheduler) (default: rr)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--ipvs-exclude-cidrs <cidrs>",
+        "ipvs mode: accepted and ignored with a warning (no nftables meaning)",
+      ).argParser(collect),
+    )
+    .addOption(
+      booleanFlag("--ipvs-strict-arp", "ipvs mode: accepted and ignored with a warning"),
+    )
+    .addOption(
+      new Option(
+        "--ipvs-tcp-timeout <duration>",
+        "ipvs mode: accepted and ignored with a warning (conntrack's timeouts apply)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--ipvs-tcpfin-timeout <duration>",
+        "ipvs mode: accepted and ignored with a warning (conntrack's timeouts apply)",
+      ),
+    )
+    .addOption(
+      new Option(
+        "--ipvs-udp-timeout <duration>",
+        "ipvs mode: accepted and ignored with a warning (conntrack's timeouts apply)",
       ),
     )
     .addOption(

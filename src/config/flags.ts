@@ -16,7 +16,8 @@ import { type Config, DEFAULT_CONFIG, type ProxyMode } from "./config.ts";
 import { ConfigError, invalidValue } from "./config_error.ts";
 import { parseGoDuration } from "./duration.ts";
 import { declareFlags, type Flags } from "./flag_declarations.ts";
-import { parseKubeProxyConfiguration } from "./kubeproxy_config.ts";
+import { parseKubeProxyConfiguration, type UpstreamSection } from "./kubeproxy_config.ts";
+import { type IpvsSettings, readIpvsSettings } from "./ipvs_mode.ts";
 import { dropFlagsIgnoredWithConfig, readUpstreamFlags } from "./upstream_flags.ts";
 import {
   checkBindAddress,
@@ -150,6 +151,9 @@ export async function parseCommandLine(
   // As upstream, the file replaces what these flags would set.
   if (configPath !== "") warnings.push(...dropFlagsIgnoredWithConfig(flags, configPath));
   const flagMode = readModeFlags(flags.mode, flags.proxyMode);
+  // `--proxy-mode=ipvs` runs nft mode with ipvs's settings (ipvs_mode.ts).
+  const ipvsByFlag = flags.proxyMode === "ipvs";
+  let fileUpstreamSection: UpstreamSection | undefined;
   const origins: Partial<Record<keyof Config, string>> = {};
   let fromFile: Partial<Config> = {};
   let configFile: CommandLine["configFile"];
@@ -167,17 +171,23 @@ export async function parseCommandLine(
     configFile = { path: configPath, text };
     fromFile = parseKubeProxyConfiguration(text, {
       source: configPath,
-      mode: flagMode,
+      mode: ipvsByFlag ? "ipvs" : flagMode,
       onWarning: (line) => warnings.push(line),
+      onSection: (section) => fileUpstreamSection = section,
     });
   }
   const mode = flagMode ?? fromFile.mode ?? DEFAULT_CONFIG.mode;
+  const ipvsMode = ipvsByFlag || (flagMode === undefined && fileUpstreamSection === "ipvs");
   // The file's section is that of its own mode, "" being kube-proxy's default, iptables.
   const fileSection = flagMode ?? fromFile.mode ?? "iptables";
   for (const key of Object.keys(fromFile) as (keyof Config)[]) {
-    origins[key] = `config ${configPath}: ${describeField(key, fileSection).replace(/\/.*$/, "")}`;
+    const sync = ipvsMode && (key === "syncPeriodMs" || key === "minSyncPeriodMs");
+    const name = sync
+      ? `ipvs.${key === "syncPeriodMs" ? "syncPeriod" : "minSyncPeriod"}`
+      : describeField(key, fileSection).replace(/\/.*$/, "");
+    origins[key] = `config ${configPath}: ${name}`;
   }
-  const fromFlags = readValueFlags(flags, mode);
+  const fromFlags = readValueFlags(flags, ipvsMode ? "ipvs" : mode);
   for (const [key, flag] of fromFlags.origins) origins[key] = `flag ${flag}`;
   const upstream = readUpstreamFlags(flags, {
     healthzBindAddress: fromFlags.values.healthzBindAddress ?? DEFAULT_CONFIG.healthzBindAddress,
@@ -185,10 +195,14 @@ export async function parseCommandLine(
   });
   for (const [key, flag] of upstream.origins) origins[key] = `flag ${flag}`;
   warnings.push(...upstream.warnings);
+  const fromIpvsFlags = readIpvsFlags(flags, { ipvsMode, mode });
+  for (const [key, flag] of fromIpvsFlags.origins) origins[key] = `flag ${flag}`;
+  warnings.push(...fromIpvsFlags.warnings);
 
   const config = copyConfig({
     ...DEFAULT_CONFIG,
     ...fromFile,
+    ...fromIpvsFlags.values,
     ...fromFlags.values,
     ...upstream.values,
     mode,
@@ -271,7 +285,7 @@ function readModeFlags(
 /** The values set by flags (other than the mode), each checked, and the flag behind each. */
 function readValueFlags(
   flags: Flags,
-  mode: ProxyMode,
+  mode: ProxyMode | "ipvs",
 ): { values: Partial<Config>; origins: [keyof Config, string][] } {
   const values: Partial<Config> = {};
   const origins: [keyof Config, string][] = [];
@@ -333,7 +347,9 @@ function readValueFlags(
     const flag = `--${section}-${kind}-period`;
     const ms = durationFlag(flag, text, "30s, 1m0s or 500ms");
     check(flag, text, kind === "sync" ? checkSyncPeriod(ms) : checkMinSyncPeriod(ms));
-    if (section === "nftables" && mode !== "nft") continue;
+    // As upstream: --iptables-* apply in every mode but ipvs (whose --ipvs-* flags are read
+    // apart); --nftables-* only in nft mode, over them.
+    if (section === "nftables" ? mode !== "nft" : mode === "ipvs") continue;
     set(kind === "sync" ? "syncPeriodMs" : "minSyncPeriodMs", ms, flag);
   }
   const counts = [
@@ -426,6 +442,75 @@ function readValueFlags(
     set("verbosity", Number(text), "-v");
   }
   return { values, origins };
+}
+
+/**
+ * The `--ipvs-*` flags (through ipvs_mode.ts: in ipvs mode the sync periods and the scheduler
+ * apply, the rest is named as ignored; in other modes all are ignored, as upstream does) and
+ * our `--scheduler`, which overrides `--ipvs-scheduler` and has no effect in iptables mode.
+ */
+function readIpvsFlags(
+  flags: Flags,
+  context: { ipvsMode: boolean; mode: ProxyMode },
+): { values: Partial<Config>; origins: [keyof Config, string][]; warnings: string[] } {
+  const given: IpvsSettings = {};
+  const durations = [
+    ["syncPeriodMs", "--ipvs-sync-period", flags.ipvsSyncPeriod],
+    ["minSyncPeriodMs", "--ipvs-min-sync-period", flags.ipvsMinSyncPeriod],
+    ["tcpTimeoutMs", "--ipvs-tcp-timeout", flags.ipvsTcpTimeout],
+    ["tcpFinTimeoutMs", "--ipvs-tcpfin-timeout", flags.ipvsTcpfinTimeout],
+    ["udpTimeoutMs", "--ipvs-udp-timeout", flags.ipvsUdpTimeout],
+  ] as const;
+  for (const [key, flag, text] of durations) {
+    if (text === undefined) continue;
+    const ms = durationFlag(flag, text, "30s, 1m0s or 500ms");
+    if (ms !== 0) given[key] = ms;
+  }
+  if (flags.ipvsScheduler !== undefined && flags.ipvsScheduler !== "") {
+    given.scheduler = flags.ipvsScheduler;
+  }
+  if (flags.ipvsExcludeCidrs !== undefined) {
+    const cidrs = flags.ipvsExcludeCidrs.flatMap((v) => v === "" ? [] : v.split(","));
+    if (cidrs.length > 0) given.excludeCIDRs = cidrs;
+  }
+  if (parseBooleanFlag("--ipvs-strict-arp", flags.ipvsStrictArp)) given.strictARP = true;
+  // Without a file, ipvs mode by flag says its one warning (and sets ipvs's default
+  // scheduler) here; with a file, the file's ipvs section did, and flags only override.
+  const alone = context.ipvsMode && flags.config === undefined;
+  const ipvs = readIpvsSettings(given, {
+    inUse: context.ipvsMode,
+    defaultScheduler: alone,
+    from: "flags",
+    where: "command line",
+    whyNot: `the mode is ${context.mode}, and --ipvs-* flags apply only in ipvs mode ` +
+      "(--scheduler chooses nft mode's scheduler)",
+  });
+  const values: Partial<Config> = {};
+  const origins: [keyof Config, string][] = [];
+  const flagOf = {
+    syncPeriodMs: "--ipvs-sync-period",
+    minSyncPeriodMs: "--ipvs-min-sync-period",
+    scheduler: "--ipvs-scheduler",
+  } as const;
+  for (const key of ["syncPeriodMs", "minSyncPeriodMs", "scheduler"] as const) {
+    if (ipvs.config[key] === undefined) continue;
+    Object.assign(values, { [key]: ipvs.config[key] });
+    if (given[key] !== undefined) origins.push([key, flagOf[key]]);
+  }
+  const said = alone || Object.keys(given).length > 0;
+  const warnings = said && ipvs.warning !== undefined ? [ipvs.warning] : [];
+  if (flags.scheduler !== undefined) {
+    values.scheduler = flags.scheduler;
+    origins.push(["scheduler", "--scheduler"]);
+    if (context.mode === "iptables") {
+      warnings.push(
+        `command line: ignoring --scheduler=${flags.scheduler}: it applies to nft mode only; ` +
+          "iptables mode picks endpoints at random (statistic mode random), as kube-proxy's " +
+          "iptables mode does",
+      );
+    }
+  }
+  return { values, origins, warnings };
 }
 
 /** A copy of `config` that shares no arrays with it. */

@@ -131,9 +131,9 @@ Deno.test("parseCommandLine() rejects bad and contradicting modes", async () => 
     'flag --mode is "nftables", must be nft or iptables',
   );
   await assertFails(
-    parse(["--proxy-mode=ipvs"]),
-    'flag --proxy-mode is "ipvs", must be "nftables", "iptables" or "" (the default, nftables): ' +
-      "kube-nftproxy has no ipvs mode",
+    parse(["--proxy-mode=kernelspace"]),
+    'flag --proxy-mode is "kernelspace", must be "nftables", "iptables", "ipvs" or "" ' +
+      "(the default, nftables): kube-nftproxy has no kernelspace mode",
   );
   await assertFails(
     parse(["--mode=nft", "--proxy-mode=iptables"]),
@@ -618,6 +618,15 @@ const ALL_FLAGS = [
   "--profiling [bool]",
   "--show-hidden-metrics-for-version <version>",
   "--iptables-localhost-nodeports [bool]",
+  "--scheduler <scheduler>",
+  "--ipvs-sync-period <duration>",
+  "--ipvs-min-sync-period <duration>",
+  "--ipvs-scheduler <name>",
+  "--ipvs-exclude-cidrs <cidrs>",
+  "--ipvs-strict-arp [bool]",
+  "--ipvs-tcp-timeout <duration>",
+  "--ipvs-tcpfin-timeout <duration>",
+  "--ipvs-udp-timeout <duration>",
   "-v, --v <level>",
   "-h, --help",
   "--version",

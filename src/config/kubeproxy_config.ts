@@ -12,6 +12,9 @@
  *   wrong type or a bad value stays an error naming the field;
  * - every upstream field this proxy has no use for (winkernel, featureGates, enableProfiling, …)
  *   is accepted, and when set reported once as ignored, saying why (unused_fields.ts);
+ * - `mode: ipvs` runs the nftables back end with the `ipvs:` section's sync periods and
+ *   scheduler, and one warning naming what of that section has no nftables meaning
+ *   (ipvs_mode.ts); outside ipvs mode the `ipvs:` section is only type-checked;
  * - in `conntrack:`, a `null` (or absent) `maxPerCore`, `min`, `tcpEstablishedTimeout` or
  *   `tcpCloseWaitTimeout` is the default (they are pointers upstream), and 0 means "leave the
  *   kernel's value alone";
@@ -19,7 +22,9 @@
  *   `healthzBindAddress: ""`, `bindAddress: 0.0.0.0`; a `null` masqueradeBit is the default 14
  *   but `0` is bit 0 (it is a pointer upstream);
  * - `masqueradeAll`, `masqueradeBit`, `syncPeriod` and `minSyncPeriod` come from the `iptables:`
- *   or `nftables:` section of the mode in use; the other section is only type-checked;
+ *   or `nftables:` section of the mode in use (in ipvs mode the sync periods come from `ipvs:`,
+ *   `masqueradeAll` and `masqueradeBit` from `iptables:`, as upstream's ipvs proxier reads
+ *   them); the other section is only type-checked;
  * - a `null` duration is an error (`metav1.Duration` parses it as `""`), durations must be
  *   strings, and YAML 1.1 booleans (`yes`, `off`) are booleans, as in Go's YAML reader.
  *
@@ -63,24 +68,33 @@ import {
   parseUpstreamProxyMode,
 } from "./validation.ts";
 import { appendPortIfNeeded, ipFamily, isUnspecifiedIP } from "./address_syntax.ts";
+import { IPVS_SECTION_FIELDS, type IpvsSettings, readIpvsSettings } from "./ipvs_mode.ts";
+
+/** The section of the file whose settings apply: that of the upstream mode in use. */
+export type UpstreamSection = "iptables" | "nftables" | "ipvs";
 
 /** Options of {@link parseKubeProxyConfiguration}. */
 export interface ParseKubeProxyConfigurationOptions {
   /** Name of the file, shown in error messages as `config <source>: …`. Default: none. */
   source?: string;
   /**
-   * The mode the proxy will run in when it is already decided elsewhere (an explicit `--mode`);
-   * it picks the `iptables:` or `nftables:` section. Default: the section of the file's own
-   * `mode` as upstream reads it — `nftables:` for `nftables`, `iptables:` for `iptables` and for
-   * an empty mode (upstream's default, iptables), even though an empty mode runs nft here.
+   * The mode the proxy will run in when it is already decided elsewhere (an explicit `--mode`,
+   * or `ipvs` for `--proxy-mode=ipvs`); it picks the `iptables:`, `nftables:` or `ipvs:`
+   * section. Default: the section of the file's own `mode` as upstream reads it — `nftables:`
+   * for `nftables`, `ipvs:` for `ipvs`, `iptables:` for `iptables` and for an empty mode
+   * (upstream's default, iptables), even though an empty mode runs nft here.
    */
-  mode?: ProxyMode;
+  mode?: ProxyMode | "ipvs";
   /**
    * Receives one line per kind of setting the file gives that does not apply: a masquerade or
    * sync setting in the section of the mode not in use; upstream fields that have no effect
-   * here; and, once, the unknown and duplicate fields lenient decoding skipped. Default: dropped.
+   * here; once, the unknown and duplicate fields lenient decoding skipped; and in ipvs mode
+   * the one line saying what of the `ipvs:` section applies and what does not. Default:
+   * dropped.
    */
   onWarning?: (line: string) => void;
+  /** Receives the section whose settings apply (`ipvs` when the file's mode is ipvs). */
+  onSection?: (section: UpstreamSection) => void;
 }
 
 /**
@@ -213,6 +227,7 @@ export function toKubeProxyConfiguration(
       config.iptablesBackend,
     ],
     ["--master", config.master !== "", config.master],
+    ["--scheduler", config.scheduler !== DEFAULT_CONFIG.scheduler, config.scheduler],
     ["--from-file", config.fromFile !== "", config.fromFile],
     ...(["maxClusterFileBytes", "maxListBytes", "maxWatchEventBytes"] as const).map((key) =>
       [describeField(key, config.mode), config[key] !== DEFAULT_CONFIG[key], config[key]] as const
@@ -327,11 +342,13 @@ function readKubeProxyConfiguration(
   if (nodePortAddresses.length > 0) result.nodePortAddresses = nodePortAddresses;
 
   // The section upstream reads: that of the mode given, "" being iptables (its default).
-  const section = options.mode !== undefined
-    ? (options.mode === "nft" ? "nftables" : "iptables")
-    : top.string("mode") === "nftables"
+  const modeGiven = options.mode ?? top.string("mode");
+  const section: UpstreamSection = modeGiven === "nft" || modeGiven === "nftables"
     ? "nftables"
+    : modeGiven === "ipvs"
+    ? "ipvs"
     : "iptables";
+  options.onSection?.(section);
   Object.assign(
     result,
     readBackendSections(top, section, {
@@ -345,6 +362,16 @@ function readKubeProxyConfiguration(
       warn: options.onWarning ?? (() => {}),
     }),
   );
+  const ipvs = readIpvsSettings(readIpvsSection(top.section("ipvs")), {
+    inUse: section === "ipvs",
+    from: "file",
+    where,
+    whyNot: options.mode !== undefined
+      ? `the mode is ${options.mode}, set by flag, so the ipvs section does not apply`
+      : `mode is ${JSON.stringify(top.string("mode"))}, so the ipvs section does not apply`,
+  });
+  Object.assign(result, ipvs.config);
+  if (ipvs.warning !== undefined) (options.onWarning ?? (() => {}))(ipvs.warning);
 
   const clientConnection = top.section("clientConnection");
   clientConnection.noteUnknown(SECTION_FIELDS.clientConnection);
@@ -434,7 +461,7 @@ function readConntrack(section: Fields): Partial<Config> {
  */
 function readBackendSections(
   top: Fields,
-  inUse: "iptables" | "nftables",
+  inUse: UpstreamSection,
   context: { why: string; where: string; warn: (line: string) => void },
 ): Partial<Config> {
   const result: Partial<Config> = {};
@@ -453,10 +480,14 @@ function readBackendSections(
       const rule = checkMasqueradeBit(masqueradeBit);
       if (rule !== undefined) section.fail("masqueradeBit", rule);
     }
+    // ipvs mode masquerades as iptables mode says (upstream's ipvs proxier reads those two).
+    const masqueradeInUse = name === inUse || (inUse === "ipvs" && name === "iptables");
     if (name !== inUse) {
       const ignored = [
-        masqueradeAll ? ["masqueradeAll", "true"] : [],
-        masqueradeBit !== undefined ? ["masqueradeBit", String(masqueradeBit)] : [],
+        masqueradeAll && !masqueradeInUse ? ["masqueradeAll", "true"] : [],
+        masqueradeBit !== undefined && !masqueradeInUse
+          ? ["masqueradeBit", String(masqueradeBit)]
+          : [],
         syncPeriodMs !== 0 ? ["syncPeriod", formatMs(syncPeriodMs)] : [],
         minSyncPeriodMs !== 0 ? ["minSyncPeriod", formatMs(minSyncPeriodMs)] : [],
       ].filter((pair) => pair.length > 0).map(([key, value]) => `${name}.${key} (${value})`);
@@ -464,6 +495,10 @@ function readBackendSections(
         context.warn(
           `${context.where}: ignoring ${ignored.join(", ")}: ${context.why}`,
         );
+      }
+      if (masqueradeInUse) {
+        if (masqueradeAll) result.masqueradeAll = true;
+        if (masqueradeBit !== undefined) result.masqueradeBit = masqueradeBit;
       }
       continue;
     }
@@ -482,6 +517,29 @@ function readBackendSections(
     if (masqueradeBit !== undefined) result.masqueradeBit = masqueradeBit;
   }
   return result;
+}
+
+/** The `ipvs:` section, type-checked; every field it sets (Go zero values are unset). */
+function readIpvsSection(section: Fields): IpvsSettings {
+  section.noteUnknown(IPVS_SECTION_FIELDS);
+  const settings: IpvsSettings = {};
+  const durations = [
+    ["syncPeriod", "syncPeriodMs"],
+    ["minSyncPeriod", "minSyncPeriodMs"],
+    ["tcpTimeout", "tcpTimeoutMs"],
+    ["tcpFinTimeout", "tcpFinTimeoutMs"],
+    ["udpTimeout", "udpTimeoutMs"],
+  ] as const;
+  for (const [key, field] of durations) {
+    const ms = section.duration(key);
+    if (ms !== 0) settings[field] = ms;
+  }
+  const scheduler = section.string("scheduler");
+  if (scheduler !== "") settings.scheduler = scheduler;
+  const excludeCIDRs = section.strings("excludeCIDRs");
+  if (excludeCIDRs.length > 0) settings.excludeCIDRs = excludeCIDRs;
+  if (section.boolean("strictARP")) settings.strictARP = true;
+  return settings;
 }
 
 function formatMs(ms: number): string {

@@ -132,20 +132,15 @@ Deno.test("parseKubeProxyConfiguration() maps mode nftables to nft and iptables 
   assert.deepEqual(parse("mode: null\n"), {});
 });
 
-Deno.test("parseKubeProxyConfiguration() rejects the ipvs and kernelspace modes clearly", () => {
-  assertRejects(
-    "mode: ipvs\n",
-    'config kube-proxy.yaml: mode is "ipvs", must be "nftables", "iptables" or "" ' +
-      "(the default, nftables): kube-nftproxy has no ipvs mode",
-  );
+Deno.test("parseKubeProxyConfiguration() rejects the kernelspace mode clearly", () => {
   assertRejects(
     "mode: kernelspace\n",
-    'config kube-proxy.yaml: mode is "kernelspace", must be "nftables", "iptables" or "" ' +
+    'config kube-proxy.yaml: mode is "kernelspace", must be "nftables", "iptables", "ipvs" or "" ' +
       "(the default, nftables): kube-nftproxy has no kernelspace mode",
   );
   assertRejects(
     "mode: nft\n",
-    'config kube-proxy.yaml: mode is "nft", must be "nftables", "iptables" or "" ' +
+    'config kube-proxy.yaml: mode is "nft", must be "nftables", "iptables", "ipvs" or "" ' +
       "(the default, nftables)",
   );
 });
@@ -349,11 +344,13 @@ Deno.test("parseKubeProxyConfiguration() loads a public install guide's file: re
       "  syncPeriod: 30s\nmode: iptables\nmode: nftables\n",
   );
   assert.deepEqual(result, { mode: "nft", clusterCIDRs: ["10.244.0.0/16"] });
-  assert.equal(warnings.length, 1, warnings.join("\n"));
-  assert.match(
-    warnings[0],
-    /using lenient decoding as strict decoding failed: duplicate field "mode" \(line 12\), unknown field "udpIdleTimeout", unknown field "resourceContainer"$/,
-  );
+  // One line for what lenient decoding skipped, one for the ipvs block a non-ipvs mode ignores.
+  assert.deepEqual(warnings, [
+    'config kube-proxy.yaml: ignoring ipvs.syncPeriod (30s), ipvs.scheduler (rr): mode is "nftables", ' +
+    "so the ipvs section does not apply",
+    "config kube-proxy.yaml: using lenient decoding as strict decoding failed: " +
+    'duplicate field "mode" (line 12), unknown field "udpIdleTimeout", unknown field "resourceContainer"',
+  ]);
 });
 
 Deno.test("parseKubeProxyConfiguration() still fails on a wrong type or a bad value beside unknown fields", () => {
@@ -363,7 +360,7 @@ Deno.test("parseKubeProxyConfiguration() still fails on a wrong type or a bad va
   );
   assertRejects(
     "mode: a\nmode: b\n",
-    'config kube-proxy.yaml: mode is "b", must be "nftables", "iptables" or "" ' +
+    'config kube-proxy.yaml: mode is "b", must be "nftables", "iptables", "ipvs" or "" ' +
       "(the default, nftables)",
   );
   assertRejects(
@@ -404,6 +401,9 @@ Deno.test("parseKubeProxyConfiguration() reads every other upstream field, listi
     conntrackTCPEstablishedTimeoutMs: 86_400_000,
   });
   assert.deepEqual(warnings, [
+    "config kube-proxy.yaml: ignoring ipvs.syncPeriod (30s), ipvs.scheduler (rr), " +
+    'ipvs.strictARP (true), ipvs.excludeCIDRs (10.0.0.0/8): mode is "", so the ipvs section ' +
+    "does not apply",
     "config kube-proxy.yaml: ignoring fields that have no effect in kube-nftproxy: " +
     "featureGates.SomeGate (true): kube-nftproxy has no feature gates (it behaves as upstream " +
     "with its gates at their defaults); " +

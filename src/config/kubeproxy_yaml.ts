@@ -86,7 +86,7 @@ export const SECTION_FIELDS: Readonly<Record<string, ReadonlySet<string>>> = {
 export type StrictnessIssues = string[];
 
 /** Ignored upstream fields that hold a map; anything but a map (or null) is a type error. */
-export const IGNORED_MAPPING_FIELDS = ["featureGates", "ipvs", "winkernel"] as const;
+export const IGNORED_MAPPING_FIELDS = ["featureGates", "winkernel"] as const;
 
 /** YAML 1.1 booleans, which Go's YAML reader (and so kube-proxy) accepts. */
 const YAML11_BOOLEANS: ReadonlyMap<string, boolean> = new Map(

@@ -27,8 +27,7 @@ type Effect =
 
 /**
  * Every flag of upstream kube-proxy's cmd/kube-proxy/app/options.go (master, read 2026-11-25),
- * with component-base's logging flags, but the `--ipvs-*` ones (issue 21 adds them): a value
- * for each, and what it does here.
+ * with component-base's logging flags: a value for each, and what it does here.
  */
 const UPSTREAM_FLAGS: [string, string[], Effect][] = [
   ["--config", ["--config=kube-proxy.yaml"], { config: { clusterCIDRs: ["10.244.0.0/16"] } }],
@@ -73,6 +72,26 @@ const UPSTREAM_FLAGS: [string, string[], Effect][] = [
   ["--iptables-min-sync-period", ["--iptables-min-sync-period=2s"], {
     config: { minSyncPeriodMs: 2_000 },
   }],
+  ["--ipvs-sync-period", ["--proxy-mode=ipvs", "--ipvs-sync-period=45s"], {
+    config: { syncPeriodMs: 45_000 },
+  }],
+  ["--ipvs-min-sync-period", ["--proxy-mode=ipvs", "--ipvs-min-sync-period=2s"], {
+    config: { minSyncPeriodMs: 2_000 },
+  }],
+  ["--ipvs-scheduler", ["--proxy-mode=ipvs", "--ipvs-scheduler=sh"], {
+    config: { mode: "nft", scheduler: "source-hash" },
+  }],
+  ...([
+    "exclude-cidrs=10.0.0.0/8",
+    "strict-arp",
+    "tcp-timeout=5s",
+    "tcpfin-timeout=5s",
+    "udp-timeout=5s",
+  ]
+    .map((arg): [string, string[], Effect] => {
+      const flag = `--ipvs-${arg.replace(/=.*/, "")}`;
+      return [flag, [`--ipvs-${arg}`], { warning: new RegExp(`ignoring ${flag} `) }];
+    })),
   ["--detect-local-mode", ["--detect-local-mode=NodeCIDR"], {
     config: { detectLocalMode: "NodeCIDR" },
   }],

@@ -197,8 +197,9 @@ export function normalizeHostname(name: string): string {
 
 /**
  * Reads an upstream proxy mode name (`mode:` in the file, `--proxy-mode`): `nftables` → `nft`,
- * `iptables` → `iptables`, empty → `undefined` (the default). Throws {@link ConfigError}
- * naming `field` for anything else; `ipvs` and `kernelspace` get their own explanation.
+ * `iptables` → `iptables`, `ipvs` → `nft` (ipvs_mode.ts says what of ipvs mode carries over),
+ * empty → `undefined` (the default). Throws {@link ConfigError} naming `field` for anything
+ * else; `kernelspace` gets its own explanation.
  *
  * @example
  * ```ts
@@ -207,15 +208,15 @@ export function normalizeHostname(name: string): string {
  * ```
  */
 export function parseUpstreamProxyMode(name: string, field: string): ProxyMode | undefined {
-  const rule = `must be "nftables", "iptables" or "" (the default, nftables)`;
+  const rule = `must be "nftables", "iptables", "ipvs" or "" (the default, nftables)`;
   switch (name) {
     case "nftables":
+    case "ipvs":
       return "nft";
     case "iptables":
       return "iptables";
     case "":
       return undefined;
-    case "ipvs":
     case "kernelspace":
       throw invalidValue(field, name, { rule: `${rule}: kube-nftproxy has no ${name} mode` });
     default:

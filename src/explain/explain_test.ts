@@ -226,3 +226,16 @@ Deno.test("parseTarget() reads IPv4, bracketed IPv6 and the protocol", () => {
   });
   assert.throws(() => parseTarget("10.96.0.10"), /ADDRESS:PORT/);
 });
+
+Deno.test("explain() follows the balancer of each --scheduler and says how it picks", async () => {
+  const cases = [
+    ["round-robin", /in turn \(numgen inc mod 2\)/],
+    ["source-hash", /by a hash of the client address \(jhash ip saddr mod 2 seed 0x0\)/],
+  ] as const;
+  for (const [scheduler, how] of cases) {
+    const e = await explain(CLIENT, "10.96.0.10:80/tcp", [`--scheduler=${scheduler}`]);
+    assert.equal(e.verdict, "dnat", scheduler);
+    assert.deepEqual(e.endpoints.map((ep) => ep.ip), [POD_A, POD_C]);
+    assert.match(e.reason, how);
+  }
+});

@@ -9,6 +9,7 @@ import { cidrContains } from "../model/ip.ts";
 import { formatServicePortName, type ServicePort } from "../model/service_port.ts";
 import { NAMES } from "../render/nft/names.ts";
 import type { NftRenderOptions } from "../render/nft/options.ts";
+import { ENDPOINT_PICK_PATTERN, endpointPick } from "../render/nft/scheduler.ts";
 import type {
   ExplainedEndpoint,
   ExplainInput,
@@ -18,6 +19,13 @@ import type {
   Verdict,
 } from "./explain.ts";
 import type { RuleIndex } from "./rule_index.ts";
+
+/** How each scheduler chooses among the endpoints, in words. */
+const HOW_PICKED: Readonly<Record<NftRenderOptions["scheduler"], string>> = {
+  "random": "at random",
+  "round-robin": "in turn",
+  "source-hash": "by a hash of the client address",
+};
 
 const MAX_CHAIN_VISITS = 32;
 
@@ -165,13 +173,19 @@ export class Walk {
     const endpointChains: string[] = [];
     for (const rule of rules) {
       const m = /^(.*?)\s*(jump|goto) (\S+)$/.exec(rule);
-      const balancer = /numgen random mod \d+ map @(\S+)$/.exec(rule);
+      const balancer = new RegExp(`${ENDPOINT_PICK_PATTERN.source} map @(\\S+)$`).exec(rule);
       if (balancer) {
         // A node-port map is keyed without the address; a miss goes on to the next rule.
         const key = rule.includes(" to meta l4proto") ? this.#portKey() : this.#key;
-        const endpoints = this.#index.entries.get(`${balancer[1]}|${key}`);
+        const endpoints = this.#index.entries.get(`${balancer[2]}|${key}`);
         if (endpoints !== undefined) return this.#dnat(endpoints);
         continue;
+      }
+      const picked = / vmap \{ (.*) \}$/.exec(rule);
+      if (picked !== null && ENDPOINT_PICK_PATTERN.test(rule)) {
+        // IPv6 ClientIP with round-robin or source-hash: one verdict map of endpoint chains.
+        const chains = [...picked[1].matchAll(/goto (\S+?)(?:,|$)/g)].map((g) => g[1]);
+        return this.#dnat(chains.flatMap((c) => this.#chainEndpoint(c)));
       }
       if (rule.includes(`map @${NAMES.affinity}`)) {
         this.#noteAffinity();
@@ -243,7 +257,9 @@ export class Walk {
       "dnat",
       list.length === 1
         ? "DNAT to its only eligible endpoint"
-        : `DNAT to one of ${list.length} endpoints at random (numgen random mod ${list.length})`,
+        : `DNAT to one of ${list.length} endpoints ${HOW_PICKED[this.#options.scheduler]} (${
+          endpointPick(this.#options.scheduler, this.#options.family, list.length)
+        })`,
       list.map((ep) => ({ ...ep, probability })),
     );
   }

@@ -1,7 +1,7 @@
 /**
  * Switching a live node from kube-proxy to us: the node namespace is programmed by kube-proxy's
- * rules — its nftables mode's `ip`/`ip6 kube-proxy` tables, or its iptables mode's `KUBE-*`
- * chains — and serves traffic; our daemon starts while a client keeps opening new connections
+ * rules — its nftables mode's `ip`/`ip6 kube-proxy` tables, its iptables mode's `KUBE-*`
+ * chains, or its ipvs mode's `kube-ipvs0`, `KUBE-*` ipsets and chains — and serves traffic; our daemon starts while a client keeps opening new connections
  * (TCP to a cluster IP in both families and to a node port); every one of them must succeed,
  * before, during and after the switch, and afterwards none of kube-proxy's rules may remain.
  *
@@ -20,6 +20,7 @@ import { type RunningProxy, startProxy } from "./proxy_harness.ts";
 import { startIptablesProxy } from "./iptables_harness.ts";
 import { endpointSlice, node, service, serviceCIDR } from "../fixtures/objects.ts";
 import { upstreamNftScript } from "../fixtures/upstream_nft.ts";
+import { upstreamIpvsState } from "../fixtures/upstream_ipvs.ts";
 import {
   NODE_NAME,
   POD_CIDR_V4,
@@ -120,6 +121,57 @@ async function loadUpstreamIptables(topo: Topology): Promise<void> {
 }
 
 /**
+ * kube-proxy's ipvs mode, as it left the node: the Service IPs on `kube-ipvs0` (a bridge here:
+ * this kernel has no dummy links; down, as kube-proxy leaves its dummy), the `KUBE-*` ipsets and
+ * chains of both families, and DNAT rules standing in for the IPVS virtual servers (this kernel
+ * has no `ip_vs`). Returns the names of the sets.
+ */
+async function loadUpstreamIpvs(topo: Topology): Promise<string[]> {
+  const [a, b] = topo.pods;
+  const ns = topo.node.ns;
+  const ok = async (cmd: string[], stdin?: string) => {
+    const r = await topo.exec(ns, cmd, { stdin });
+    assert.equal(r.code, 0, `${cmd.join(" ")}: ${r.stderr}`);
+  };
+  await ok(["ip", "link", "add", "kube-ipvs0", "type", "bridge"]);
+  const names: string[] = [];
+  for (const [family, i] of [["ip", 0], ["ip6", 1]] as const) {
+    const at = (ip: string) => family === "ip" ? `${ip}:${POD_PORT}` : `[${ip}]:${POD_PORT}`;
+    const state = upstreamIpvsState({
+      family,
+      clusterCIDR: family === "ip" ? POD_CIDR_V4 : POD_CIDR_V6,
+      services: [{
+        clusterIP: WEB[i],
+        port: 80,
+        nodePort: NODE_PORT,
+        endpoints: [a, b].map((p) => at(family === "ip" ? p.ip4 : p.ip6!)),
+      }],
+    });
+    await ok(["ipset", "restore"], state.ipsets);
+    const restore = family === "ip" ? "iptables-nft-restore" : "ip6tables-nft-restore";
+    await ok([restore, "--noflush"], state.iptables);
+    for (const address of state.addresses) {
+      await ok(["ip", "addr", "add", address, "dev", "kube-ipvs0"]);
+    }
+    names.push(...state.setNames);
+  }
+  return names;
+}
+
+/** What is left of kube-proxy's ipvs mode besides chains: `kube-ipvs0`, `KUBE-*` ipsets. */
+async function ipvsLeftovers(topo: Topology): Promise<string[]> {
+  const left: string[] = [];
+  const link = await topo.exec(topo.node.ns, ["ip", "-o", "link", "show", "dev", "kube-ipvs0"]);
+  if (link.code === 0) left.push("link kube-ipvs0");
+  const sets = await topo.exec(topo.node.ns, ["ipset", "list", "-n"]);
+  assert.equal(sets.code, 0, sets.stderr);
+  left.push(
+    ...sets.stdout.split("\n").filter((n) => n.startsWith("KUBE-")).map((n) => `ipset ${n}`),
+  );
+  return left;
+}
+
+/**
  * What is left of kube-proxy: its nft tables, and the iptables rules matching `kubeRule` (every
  * `KUBE-*` one when we run nft mode; in iptables mode, whose chains are kube-proxy's own, those
  * of the Service deleted since).
@@ -168,8 +220,13 @@ function failures(seen: Map<string, ProbeResult[]>): string[] {
 async function switchOver(
   topo: Topology,
   start: () => Promise<RunningProxy>,
-  check: { doneWhenLogged: RegExp; kubeRule: RegExp },
-): Promise<void> {
+  check: {
+    doneWhenLogged: RegExp;
+    kubeRule: RegExp;
+    /** More of kube-proxy that must be gone afterwards (each item names what is left). */
+    moreLeftovers?: () => Promise<string[]>;
+  },
+): Promise<RunningProxy | undefined> {
   const targets = [`${WEB[0]}:80`, `[${WEB[1]}]:80`, `${topo.node.ip4}:${NODE_PORT}`];
   const before = failures(await keepConnecting(topo, targets, () => true));
   assert.deepEqual(before, [], "kube-proxy's rules serve before the switch");
@@ -187,7 +244,9 @@ async function switchOver(
     assert.ok(total >= 6 * 40, `only ${total} connections were tried`);
     console.log(`switch-over: ${total} new connections while the daemon started, all answered`);
     assert.deepEqual(await upstreamLeftovers(topo, check.kubeRule), []);
+    assert.deepEqual(await check.moreLeftovers?.() ?? [], []);
     assert.deepEqual(failures(await keepConnecting(topo, targets, () => true)), []);
+    return proxy;
   } finally {
     cleaned = true;
     await traffic.catch(() => {});
@@ -232,6 +291,70 @@ test("switch-over from kube-proxy's iptables mode to iptables mode: no connectio
     await switchOver(topo, () => startIptablesProxy(topo, cluster(topo)), {
       doneWhenLogged: / synced /,
       kubeRule: /default\/gone/,
+    });
+  } finally {
+    await topo.cleanup();
+  }
+});
+
+test("switch-over from kube-proxy's ipvs mode with its config unchanged: no connection lost, kube-ipvs0, KUBE-* ipsets and chains removed", async () => {
+  gate.assertUsable();
+  const topo = await createTopology();
+  const dir = await Deno.makeTempDir({ prefix: "knp-ipvs-" });
+  try {
+    const sets = await loadUpstreamIpvs(topo);
+    assert.ok(sets.length > 0);
+    assert.deepEqual((await ipvsLeftovers(topo)).length, 1 + sets.length, "the node looks ipvs");
+    // The cluster's KubeProxyConfiguration, as kubeadm writes it for ipvs mode.
+    const config = `${dir}/kube-proxy.yaml`;
+    await Deno.writeTextFile(
+      config,
+      "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n" +
+        `mode: ipvs\nclusterCIDR: ${POD_CIDR_V4},${POD_CIDR_V6}\n` +
+        "ipvs:\n  scheduler: rr\n  strictARP: true\n  syncPeriod: 30s\n  minSyncPeriod: 0s\n" +
+        "  excludeCIDRs: null\n  tcpTimeout: 0s\n  tcpFinTimeout: 0s\n  udpTimeout: 0s\n" +
+        "iptables:\n  masqueradeAll: false\n  masqueradeBit: 14\n",
+    );
+    let output = "";
+    await switchOver(
+      topo,
+      async () => {
+        const proxy = await startProxy(topo, cluster(topo), { args: [`--config=${config}`] });
+        const stop = proxy.stop;
+        return { ...proxy, stop: () => (output = proxy.output(), stop()) };
+      },
+      {
+        doneWhenLogged: /removed what kube-proxy's ipvs mode left on this node: /,
+        kubeRule: /KUBE-/,
+        moreLeftovers: () => ipvsLeftovers(topo),
+      },
+    );
+    assert.match(
+      output,
+      /mode ipvs runs kube-nftproxy's nftables back end .*applied: ipvs\.syncPeriod \(30s\), ipvs\.scheduler \(rr → round-robin\); ignored \(no nftables meaning\): ipvs\.strictARP \(true\)\n/,
+    );
+    assert.match(output, /no ip_vs module in this kernel: no IPVS virtual servers to flush/);
+    assert.match(
+      output,
+      /removed what kube-proxy's ipvs mode left on this node: link kube-ipvs0; .*ipsets KUBE-/,
+    );
+  } finally {
+    await topo.cleanup();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+test("switch-over from kube-proxy's ipvs mode to iptables mode: no connection lost, ipvs mode's chains, ipsets and kube-ipvs0 removed", async () => {
+  gate.assertUsable();
+  const topo = await createTopology();
+  try {
+    await loadUpstreamIpvs(topo);
+    await switchOver(topo, () => startIptablesProxy(topo, cluster(topo)), {
+      doneWhenLogged: /removed what kube-proxy's ipvs mode left on this node: /,
+      // The chains both modes name alike are the iptables mode's now; ipvs mode's own must go,
+      // and every rule matching its ipsets.
+      kubeRule: /KUBE-(NODE-PORT|LOAD-BALANCER|IPVS|SOURCE-RANGES)|:KUBE-FIREWALL|match-set/,
+      moreLeftovers: () => ipvsLeftovers(topo),
     });
   } finally {
     await topo.cleanup();

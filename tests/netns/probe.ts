@@ -5,6 +5,7 @@
  * ```
  * deno run --allow-net probe.ts 10.96.0.10:80 --proto tcp --count 5 --timeout-ms 500
  * deno run --allow-net probe.ts '[fd00:10:96::10]:80' --proto udp --source-port 40000
+ * deno run --allow-net probe.ts 10.96.0.10:80 --source-address 192.168.77.10 --count 50
  * ```
  *
  * TCP: connect, send `GET / HTTP/1.0`, read the body. UDP: send one datagram, await one reply.
@@ -52,6 +53,8 @@ export interface ProbeArgs {
   count: number;
   timeoutMs: number;
   sourcePort?: number;
+  /** Local address of every attempt (one of the namespace's), so one namespace is many clients. */
+  sourceAddress?: string;
   ask: ProbeAsk;
   icmpFromStdin: boolean;
 }
@@ -119,7 +122,9 @@ export function parseProbeArgs(args: readonly string[]): ProbeArgs {
     else if (flag === "--count") parsed.count = intArg(flag, value, 1, MAX_COUNT);
     else if (flag === "--timeout-ms") parsed.timeoutMs = intArg(flag, value, 1, MAX_TIMEOUT_MS);
     else if (flag === "--source-port") parsed.sourcePort = intArg(flag, value, 1, 65535);
-    else throw new Error(`cannot use ${flag} ${value ?? ""}`.trim());
+    else if (flag === "--source-address" && net.isIP(value ?? "") !== 0) {
+      parsed.sourceAddress = value;
+    } else throw new Error(`cannot use ${flag} ${value ?? ""}`.trim());
   }
   if (target === undefined) throw new Error("cannot probe: no target ip:port given");
   return { ...parseTarget(target), ...parsed };
@@ -162,6 +167,7 @@ function tcpAttempt(args: ProbeArgs): Promise<ProbeResult> {
       host: args.host,
       port: args.port,
       ...(args.sourcePort === undefined ? {} : { localPort: args.sourcePort }),
+      ...(args.sourceAddress === undefined ? {} : { localAddress: args.sourceAddress }),
     });
     const finish = (r: AttemptOutcome) => {
       if (settled) return;
@@ -233,7 +239,7 @@ function udpAttempt(args: ProbeArgs): Promise<ProbeResult> {
         finish({ outcome: "refused", detail: code });
       } else finish({ outcome: "error", message: code ?? String(err) });
     });
-    socket.bind(args.sourcePort ?? 0, () => {
+    socket.bind(args.sourcePort ?? 0, args.sourceAddress, () => {
       onIcmp = () => finish({ outcome: "refused", detail: "icmp-unreachable" });
       socket.send(args.ask === "client" ? "client" : "name", args.port, args.host);
     });

@@ -417,6 +417,8 @@ export interface ProbeOptions {
   timeoutMs?: number;
   /** Fixed source port for every attempt (e.g. to reuse a UDP conntrack entry). */
   sourcePort?: number;
+  /** Source address of every attempt: one of the probing namespace's addresses. */
+  sourceAddress?: string;
   /** Ask the server for its name (default) or for the client address it saw. */
   ask?: ProbeAsk;
 }
@@ -474,6 +476,7 @@ export async function probe(
     `${timeoutMs}`,
   ];
   if (opts.sourcePort !== undefined) args.push("--source-port", `${opts.sourcePort}`);
+  if (opts.sourceAddress !== undefined) args.push("--source-address", opts.sourceAddress);
   if (opts.ask !== undefined) args.push("--ask", opts.ask);
   const watchIcmp = proto === "udp";
   if (watchIcmp) args.push("--icmp-from-stdin");

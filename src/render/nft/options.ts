@@ -1,11 +1,12 @@
 /**
  * Render options for one nft family, derived from the configuration and the cluster facts: the
- * one place where `detectLocalMode`, `masqueradeAll` and `masqueradeBit` become nft rule text
+ * one place where `detectLocalMode`, `masqueradeAll`, `masqueradeBit` and `scheduler` reach
+ * the renderer, and where the first three become nft rule text
  * (the node-port addresses and service CIDRs come from the shared family facts).
  *
  * @module
  */
-import type { Config } from "../../config/config.ts";
+import type { Config, EndpointScheduler } from "../../config/config.ts";
 import { canonicalConfigCIDRs } from "../../model/ip.ts";
 import type { NodeInfo } from "../../model/node.ts";
 import { familyOf } from "../../model/service_port.ts";
@@ -26,6 +27,8 @@ export interface NftRenderOptions extends FamilyFacts {
   readonly localMatch: string | null;
   /** nft match for "does NOT come from a local pod", or null when there is no detector. */
   readonly notLocalMatch: string | null;
+  /** How a balancer picks the endpoint of a new connection (see scheduler.ts). */
+  readonly scheduler: EndpointScheduler;
 }
 
 /** The render options of one family. */
@@ -46,6 +49,7 @@ export function nftRenderOptions(
     masqueradeAll: config.masqueradeAll,
     localMatch: detector?.local ?? null,
     notLocalMatch: detector?.notLocal ?? null,
+    scheduler: config.scheduler,
     serviceCIDRs: shared.serviceCIDRs,
     nodePortsOnAllAddresses: shared.nodePortsOnAllAddresses,
     nodePortIPs: shared.nodePortIPs,

@@ -40,6 +40,7 @@ import {
   serviceComment,
 } from "./names.ts";
 import type { NftRenderOptions } from "./options.ts";
+import { endpointPick } from "./scheduler.ts";
 import type { SetDef } from "./transaction.ts";
 
 /**
@@ -328,7 +329,7 @@ class FragmentBuilder {
     const plainName = balancerChainName({ ...spec, sticky: false });
     const map = endpointMapName(spec.local, spec.protocol);
     const nodePortMap = endpointMapName(spec.local, spec.protocol, true);
-    const pick = `numgen random mod ${spec.count}`;
+    const pick = endpointPick(this.#options.scheduler, f, spec.count);
     this.chains.set(plainName, [
       `dnat ${f} to ${f} daddr . meta l4proto . th dport . ${pick} map @${map}`,
       // No element for the packet's address: a node port, on whichever local address.
@@ -377,12 +378,21 @@ class FragmentBuilder {
       ]);
       return `ip6 saddr @${set} goto ${chain}`;
     });
-    // New clients: pick uniformly through the endpoint chains, so the choice is recorded.
-    const picks = endpoints.map((ep, i) => {
-      const chain = serviceChainName("endpoint", spn, formatEndpoint(ep));
-      const left = endpoints.length - i;
-      return left === 1 ? `goto ${chain}` : `numgen random mod ${left} == 0 goto ${chain}`;
-    });
+    // New clients: pick through the endpoint chains, so the choice is recorded. At random a
+    // cascade of 1-in-k choices; the other schedulers index one verdict map with their pick
+    // (a cascade would give each rule its own counter or hash).
+    const targets = endpoints.map((ep) => serviceChainName("endpoint", spn, formatEndpoint(ep)));
+    const scheduler = this.#options.scheduler;
+    const picks = scheduler === "random"
+      ? targets.map((chain, i) => {
+        const left = targets.length - i;
+        return left === 1 ? `goto ${chain}` : `numgen random mod ${left} == 0 goto ${chain}`;
+      })
+      : [
+        `${endpointPick(scheduler, "ip6", targets.length)} vmap { ${
+          targets.map((chain, i) => `${i} : goto ${chain}`).join(", ")
+        } }`,
+      ];
     this.chains.set(name, [...checks, ...picks]);
     return name;
   }

@@ -10,11 +10,12 @@
  * - Cluster IPs go straight to a shared balancer chain (`lb-N`, or `local-lb-N` for
  *   internalTrafficPolicy Local); external entries go through the service's `external-…`
  *   chain (see service_fragment.ts).
- * - A balancer DNATs with `daddr . l4proto . dport . numgen random mod N` as the key into
+ * - A balancer DNATs with `daddr . l4proto . dport . <pick> mod N` as the key into
  *   `cluster-endpoints` or `local-endpoints`: each entry point (cluster IP, external IP, LB IP)
  *   has its own N elements there; a node port has N in `cluster-nodeport-endpoints` (keyed
  *   `l4proto . dport . numgen …`), which the balancer's second rule reads when the first
- *   finds no element for the packet's address.
+ *   finds no element for the packet's address. The pick is the scheduler's (scheduler.ts):
+ *   `numgen random`, `numgen inc` or `jhash … saddr`, all 32-bit integers like the maps' key.
  *
  * @module
  */

@@ -80,6 +80,27 @@ Deno.test({
 });
 
 Deno.test({
+  name: "NftPlanner renders each scheduler's balancers exactly as its golden script, and the " +
+    "kernel loads it",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    for (const scheduler of ["round-robin", "source-hash"] as const) {
+      const golden = new URL(`../../../nft/golden/clusterip-${scheduler}.nft`, import.meta.url);
+      const script = sync(smallCluster(), new NftPlanner({ ...config, scheduler }), true);
+      await assertGolden(script, golden);
+      await withScratch(async (k) => {
+        await k.load(script);
+        const listed = await k.list("ip");
+        const pick = scheduler === "round-robin"
+          ? "numgen inc mod 2"
+          : "jhash ip saddr mod 2 seed 0x0";
+        assert.ok(listed.includes(`. ${pick} map @cluster-endpoints-tcp`), listed);
+      });
+    }
+  },
+});
+
+Deno.test({
   name: "NftPlanner sends nothing when nothing changed",
   fn: () => {
     const state = smallCluster();
