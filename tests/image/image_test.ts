@@ -162,6 +162,11 @@ async function runLikeTheManifest(
     throw new Error(`${(error as Error).message}; the container's log:\n${await logs()}`);
   }
 
+  // Per-service counters come from the kernel without FFI (`nft -j`, not netlink).
+  const metrics = await api.fetch("http://127.0.0.1:10249/metrics");
+  assert.ok("body" in metrics && metrics.status === 200, JSON.stringify(metrics));
+  assert.match(metrics.body, /^kubenftproxy_service_connections_total\{[^}]*service="web"/m);
+
   const before = await ruleset();
   const stopping = Date.now();
   assert.equal((await podman(["kill", "--signal", "TERM", ns])).code, 0);
@@ -218,42 +223,79 @@ Deno.test({
   },
 });
 
+/**
+ * Runs the sidecar example's container once with `args` and the cluster fixture at
+ * /etc/kube-nftproxy/cluster.yaml; resolves with its log once it exited 0.
+ */
+async function runOnce({ ns, dir }: Node, args: readonly string[]): Promise<string> {
+  const config = `${dir}/files`;
+  await Deno.mkdir(config);
+  await Deno.copyFile(CLUSTER_FILE, `${config}/cluster.yaml`);
+  await Deno.writeTextFile(`${dir}/xtables.lock`, "");
+  const pod = podSpec(await Deno.readTextFile(`${DEPLOY}sidecar-example.yaml`));
+  const argv = podmanRunArgs(pod.containers[0], {
+    image: IMAGE,
+    name: ns,
+    netns: ns,
+    nodeName: NODE_NAME,
+    volumes: { config, "xtables-lock": `${dir}/xtables.lock`, ...await libModules(dir) },
+    podVolumes: pod.volumes,
+    args: [
+      "--from-file=/etc/kube-nftproxy/cluster.yaml",
+      `--hostname-override=${NODE_NAME}`,
+      ...args,
+    ],
+  });
+  const started = await podman(argv);
+  assert.equal(started.code, 0, started.stderr);
+  const waited = await podman(["wait", ns], START_MS);
+  const log = (await podman(["logs", ns])).stderr;
+  assert.equal(waited.stdout.trim(), "0", log);
+  return log;
+}
+
+/** The fixture's ClusterIPs (tests/fixtures/file-source-cluster.yaml). */
+async function fixtureClusterIPs(): Promise<string[]> {
+  const ips = [...(await Deno.readTextFile(CLUSTER_FILE)).matchAll(/clusterIP: (\S+)/g)]
+    .map((m) => m[1]);
+  assert.ok(ips.length > 0);
+  return ips;
+}
+
 Deno.test({
   name: "image: --from-file parses the cluster file in its worker, inside the image",
   ignore,
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    await withNode(async ({ ns, dir, ruleset }) => {
-      const config = `${dir}/files`;
-      await Deno.mkdir(config);
-      await Deno.copyFile(CLUSTER_FILE, `${config}/cluster.yaml`);
-      const pod = podSpec(await Deno.readTextFile(`${DEPLOY}sidecar-example.yaml`));
-      const argv = podmanRunArgs(pod.containers[0], {
-        image: IMAGE,
-        name: ns,
-        netns: ns,
-        nodeName: NODE_NAME,
-        volumes: { config, "xtables-lock": `${dir}/xtables.lock`, ...await libModules(dir) },
-        podVolumes: pod.volumes,
-        args: [
-          "--from-file=/etc/kube-nftproxy/cluster.yaml",
-          `--hostname-override=${NODE_NAME}`,
-          "--once",
-        ],
-      });
-      await Deno.writeTextFile(`${dir}/xtables.lock`, "");
-      assert.equal((await podman(argv)).code, 0);
-      const waited = await podman(["wait", ns], START_MS);
-      const log = (await podman(["logs", ns])).stderr;
-      assert.equal(waited.stdout.trim(), "0", log);
+    await withNode(async (node) => {
+      const log = await runOnce(node, ["--once"]);
       assert.doesNotMatch(log, /cannot start a worker/);
-      const rules = await ruleset();
-      // The fixture's Services (tests/fixtures/file-source-cluster.yaml).
-      const ips = [...(await Deno.readTextFile(CLUSTER_FILE)).matchAll(/clusterIP: (\S+)/g)]
-        .map((m) => m[1]);
-      assert.ok(ips.length > 0);
-      for (const ip of ips) assert.ok(rules.includes(ip), `${ip} not in the rules:\n${rules}`);
+      const rules = await node.ruleset();
+      for (const ip of await fixtureClusterIPs()) {
+        assert.ok(rules.includes(ip), `${ip} not in the rules:\n${rules}`);
+      }
+    });
+  },
+});
+
+Deno.test({
+  name:
+    "image: --mode=iptables programs KUBE-SERVICES with the image's iptables, within its permissions",
+  ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    await withNode(async (node) => {
+      await runOnce(node, ["--mode=iptables", "--once"]);
+      const saved = await run(["iptables-save", "-t", "nat"], { ns: node.ns });
+      assert.equal(saved.code, 0, saved.stderr);
+      for (const ip of await fixtureClusterIPs()) {
+        assert.match(
+          saved.stdout,
+          new RegExp(`-A KUBE-SERVICES -d ${ip.replaceAll(".", "\\.")}/32`),
+        );
+      }
     });
   },
 });
