@@ -3,7 +3,7 @@
 #
 #   docker build -t kube-nftproxy:0.1.0 .                                      # with internet
 #   docker build --build-arg DENORT_BIN=/src/denort -t kube-nftproxy:0.1.0 .   # offline denort
-#   deno task image                          # no Deno servers, no image registry (README, "Image")
+#   deno task image         # no Deno servers, no image registry (README, "The container image")
 #
 # Build arguments:
 # - BUILD: `compile` (default) makes one `deno compile`d binary; it needs Deno's runtime

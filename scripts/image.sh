@@ -84,6 +84,8 @@ debian_root() { # prints the cached minbase root's path, building it once
     echo "$root"
     return
   fi
+  [ "$(id -u)" = 0 ] || fail "the Debian base is made with debootstrap, which needs root: run \
+this as root once, or set DENO_IMAGE and BASE_IMAGE to bases you have"
   command -v debootstrap >/dev/null 2>&1 ||
     install_packages "the local Debian base is made from Debian's archive" debootstrap
   mkdir -p "$(dirname "$root")"
