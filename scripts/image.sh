@@ -48,8 +48,9 @@ install_packages() { # why package...
   fi
   say "installing $* with apt-get: $why"
   log=$(mktemp)
-  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends "$@"; } >"$log" 2>&1; then
+  # With recommends: podman's (netavark, catatonit, …) are what a working podman is tested with.
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } \
+    >"$log" 2>&1; then
     tail -n 5 "$log" >&2
     rm -f "$log"
     fail "apt-get could not install $*"
