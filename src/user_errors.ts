@@ -1,7 +1,7 @@
 /**
  * Start-up errors a user can cause — a bad flag or config file, a cluster file that cannot be
  * read or parsed, a kubeconfig that cannot be used, an API server that never answers a one-shot
- * run — reported as one line naming the input and the problem, exit status 2, no stack trace.
+ * run, a permission Deno was not given — reported as one line naming the input and the problem, exit status 2, no stack trace.
  * Anything else is a programming error and keeps its stack.
  *
  * The errors are recognised by name, so that this module loads none of the modules that throw
@@ -19,6 +19,9 @@ const USER_ERRORS: ReadonlySet<string> = new Set([
   "ClusterFileError", // src/source/cluster_file.ts: the --from-file file
   "ApiConfigError", // src/source/api_connection.ts: kubeconfig, --master, in-cluster account
   "ApiUnreachableError", // src/source/api_source.ts: no initial state within the wait
+  // Deno's own, when a permission the run needs was not granted (the image grants only those
+  // its runs need: a path outside them, or a program not on its list, ends here).
+  "NotCapable",
 ]);
 
 /** The longest message shown; a longer one (a huge value quoted back) is cut. */
@@ -26,7 +29,10 @@ const MAX_MESSAGE_LENGTH = 1000;
 
 /** Whether `error` is one a user caused (see the module doc). */
 export function isUserError(error: unknown): error is Error {
-  return error instanceof Error && USER_ERRORS.has(error.name);
+  if (!(error instanceof Error)) return false;
+  // A denied permission wrapped by the module that met it (`cannot run nft: Requires run …`).
+  const cause = error.cause;
+  return USER_ERRORS.has(error.name) || (cause instanceof Error && cause.name === "NotCapable");
 }
 
 /** `kube-nftproxy: <message>`, on one line and at most ~1000 characters. */

@@ -10,6 +10,19 @@ Deno.test("isUserError() knows every error a user can cause at start, and nothin
   assert.ok(isUserError(new ClusterFileError("cannot read cluster file c.yaml", { file: "c" })));
   assert.ok(isUserError(new ApiConfigError("cannot load kubeconfig k")));
   assert.ok(isUserError(new ApiUnreachableError("the API server at http://x did not send")));
+  assert.ok(
+    isUserError(new Deno.errors.NotCapable('Requires sys access to "hostname", run again')),
+    "a permission the image does not grant",
+  );
+  assert.ok(
+    isUserError(
+      new Error("cannot run /bin/sh: Requires run access", {
+        cause: new Deno.errors.NotCapable('Requires run access to "/bin/sh"'),
+      }),
+    ),
+    "a denied permission wrapped by the module that met it",
+  );
+  assert.ok(!isUserError(new Error("wrapped", { cause: new TypeError("x") })));
   assert.ok(!isUserError(new TypeError("x is undefined")));
   assert.ok(!isUserError("ConfigError"));
 });

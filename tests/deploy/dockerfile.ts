@@ -8,6 +8,7 @@
  * ```ts
  * const file = parseDockerfile(await Deno.readTextFile("Dockerfile"));
  * file.stages.map((stage) => stage.image); // ["denoland/deno:2.9.6", "debian:bookworm-slim"]
+ * file.args; // { DENO_IMAGE: "denoland/deno:2.9.6", BASE_IMAGE: "debian:bookworm-slim" }
  * ```
  *
  * @module
@@ -25,8 +26,10 @@ export interface Instruction {
 
 /** One build stage: its `FROM` and the instructions up to the next `FROM`. */
 export interface Stage {
-  /** The base image reference as written (`debian:bookworm-slim`). */
+  /** The base image reference, a `${ARG}` replaced by that ARG's default (`debian:bookworm-slim`). */
   image: string;
+  /** The reference as written (`${BASE_IMAGE}`). */
+  from: string;
   /** The `AS` name, or "" when the stage has none. */
   name: string;
   /** The instructions after `FROM`, in order. */
@@ -39,6 +42,8 @@ export interface Dockerfile {
   instructions: Instruction[];
   /** The build stages in order; the last one is the image. */
   stages: Stage[];
+  /** The `ARG`s before the first `FROM` (the ones a `FROM` may use), with their defaults. */
+  args: Record<string, string>;
 }
 
 /**
@@ -69,23 +74,28 @@ export function parseDockerfile(text: string): Dockerfile {
     pending = undefined;
   });
   const stages: Stage[] = [];
+  const args: Record<string, string> = {};
   for (const instruction of instructions) {
     if (instruction.keyword === "FROM") {
-      const [image, as, name] = instruction.args.split(/\s+/).filter((word) =>
+      const [from, as, name] = instruction.args.split(/\s+/).filter((word) =>
         !word.startsWith("--platform=")
       );
       stages.push({
-        image,
+        image: from.replace(/\$\{(\w+)\}|\$(\w+)/g, (whole, a, b) => args[a ?? b] ?? whole),
+        from,
         name: as?.toUpperCase() === "AS" ? name : "",
         instructions: [],
       });
     } else if (stages.length > 0) {
       stages[stages.length - 1].instructions.push(instruction);
-    } else if (instruction.keyword !== "ARG") {
+    } else if (instruction.keyword === "ARG") {
+      const [name, value] = instruction.args.split("=", 2);
+      args[name] = value ?? "";
+    } else {
       throw new Error(`Dockerfile line ${instruction.line}: ${instruction.keyword} before FROM`);
     }
   }
-  return { instructions, stages };
+  return { instructions, stages, args };
 }
 
 /** The exec form (`["a", "b"]`) of an `ENTRYPOINT`/`CMD`, or `undefined` for the shell form. */

@@ -1,7 +1,9 @@
 /**
- * The Dockerfile and `.dockerignore`, checked without a Docker engine: the build runs on the
- * official Deno image at the Deno version CI uses, compiles `main.ts` into one binary (honouring
- * DENORT_BIN), and ships it on a slim Debian with the kernel tools as an exec-form ENTRYPOINT.
+ * The Dockerfile, its build script and `.dockerignore`, checked without a Docker engine (the
+ * image itself is built and run by `deno task image:test`, tests/image/): the build runs on the
+ * official Deno image at the Deno version CI uses (or any base given as a build argument),
+ * compiles or bundles `main.ts` with the image's permissions, and ships it on a slim Debian with
+ * the kernel tools as an exec-form ENTRYPOINT.
  * The `DLxxxx` rows are the hadolint rules that matter for this file, restated because hadolint
  * itself is not installable here.
  *
@@ -32,43 +34,91 @@ function runs(instructions: readonly Instruction[]): string[] {
   return instructions.filter((i) => i.keyword === "RUN").map((i) => i.args);
 }
 
-Deno.test("Dockerfile builds in two stages: the official Deno image at CI's Deno version, then debian:bookworm-slim", async () => {
+const BUILD_SCRIPT = await Deno.readTextFile(`${ROOT}scripts/image_build.sh`);
+
+/** The permission flags scripts/image_build.sh gives the proxy, as it prints them. */
+async function imagePermissions(): Promise<string[]> {
+  const out = await new Deno.Command("sh", {
+    args: ["scripts/image_build.sh", "permissions"],
+    cwd: ROOT,
+    stdout: "piped",
+  }).output();
+  assert.ok(out.success);
+  return new TextDecoder().decode(out.stdout).trim().split(" ");
+}
+
+Deno.test("Dockerfile builds in two stages whose images are build arguments: by default the official Deno image at CI's Deno version, then debian:bookworm-slim", async () => {
   assert.equal(dockerfile.stages.length, 2);
+  assert.equal(build.from, "${DENO_IMAGE}");
   assert.equal(build.image, `denoland/deno:${await ciDenoVersion()}`);
   assert.equal(build.name, "build");
+  assert.equal(runtime.from, "${BASE_IMAGE}");
   assert.equal(runtime.image, "debian:bookworm-slim");
 });
 
-// Read from the file, not built: no Docker engine here, and `deno compile` needs a denort
-// download this machine cannot make (DESIGN.md §2). What the instructions say is what is checked.
-Deno.test("Dockerfile's build stage asks deno compile for main.ts with every permission and the lockfile, then runs the binary's --version", () => {
-  const compile = runs(build.instructions).find((run) => run.includes("deno compile"));
-  assert.ok(compile, "no RUN deno compile in the build stage");
-  assert.match(compile, /deno compile (?:.* )?(?:--allow-all|-A) /);
-  assert.match(compile, / --frozen /, "the lockfile must decide the npm versions");
-  assert.match(compile, / --output \/kube-nftproxy main\.ts/);
-  assert.match(
-    compile,
-    / --include src\/source\/cluster_file_worker\.ts /,
-    "the cluster file parser's worker module must be embedded",
-  );
-  assert.match(compile, /&& \/kube-nftproxy --version/, "the binary is run once in the build");
+// Read from the file: `deno task image:test` builds and runs the image for real (bundle mode,
+// since deno compile needs a denort download this machine cannot make, DESIGN.md §2).
+Deno.test("Dockerfile's build stage installs the locked npm packages before copying the source, then runs scripts/image_build.sh in the mode BUILD names (compile by default)", () => {
+  const arg = (name: string) =>
+    build.instructions.find((i) => i.keyword === "ARG" && i.args.split("=")[0] === name)?.args;
+  assert.equal(arg("BUILD"), "BUILD=compile");
+  assert.equal(arg("DENORT_BIN"), 'DENORT_BIN=""');
+  assert.equal(arg("DENO_CERT"), "DENO_CERT", "no default: an empty DENO_CERT breaks Deno's TLS");
+  const keywords = build.instructions.map((i) => `${i.keyword} ${i.args}`);
+  const install = keywords.indexOf("RUN deno install --frozen");
+  assert.ok(install >= 0 && install < keywords.indexOf("COPY . ."), keywords.join("\n"));
+  assert.deepEqual(runs(build.instructions).at(-1), 'sh scripts/image_build.sh "${BUILD}" /out');
 });
 
-Deno.test("Dockerfile's build stage takes DENORT_BIN as a build argument and ignores it when empty", () => {
-  const arg = build.instructions.find((i) =>
-    i.keyword === "ARG" && i.args.startsWith("DENORT_BIN")
-  );
-  assert.ok(arg, "no ARG DENORT_BIN in the build stage");
-  // deno compile reads DENORT_BIN when it is set at all; an empty value must not reach it.
-  const compile = runs(build.instructions).find((run) => run.includes("deno compile"))!;
+Deno.test("scripts/image_build.sh compiles main.ts with the image's permissions, the lockfile and the worker module, ignores an empty DENORT_BIN, and runs what it built", () => {
   assert.match(
-    compile,
-    /^if \[ -z "\$\{DENORT_BIN\}" \]; then unset DENORT_BIN; fi && deno compile/,
+    BUILD_SCRIPT,
+    /deno compile \$PERMISSIONS --no-prompt --frozen --include "\$worker" \\\n\s+--output "\$out\/bin\/kube-nftproxy" main\.ts/,
   );
+  assert.match(BUILD_SCRIPT, /^worker=src\/source\/cluster_file_worker\.ts$/m);
+  assert.match(BUILD_SCRIPT, /if \[ -z "\$\{DENORT_BIN:-\}" \]; then unset DENORT_BIN; fi/);
+  assert.match(BUILD_SCRIPT, /"\$out\/bin\/kube-nftproxy" --version/);
+  // The bundle's launcher runs Deno with the same flags, and nothing else grants any.
+  assert.match(
+    BUILD_SCRIPT,
+    /exec \$app\/deno run --no-config --no-lock --no-prompt \$PERMISSIONS /,
+  );
+  const code = BUILD_SCRIPT.split("\n").filter((line) => !line.trimStart().startsWith("#"));
+  assert.doesNotMatch(code.join("\n"), /--allow-all|\s-A\s|--allow-ffi/);
 });
 
-Deno.test("Dockerfile's runtime stage installs nftables, iptables, conntrack and iproute2 without recommends and cleans the apt lists in the same layer", () => {
+Deno.test("the image's permissions: only the kernel tools, the network, the config and service-account paths and /tmp; no FFI, no --allow-all", async () => {
+  const flags = await imagePermissions();
+  const value = (flag: string) =>
+    flags.find((f) => f.startsWith(`${flag}=`))?.slice(flag.length + 1);
+  const programs = value("--allow-run")!.split(",");
+  assert.deepEqual(
+    programs.filter((p) => !/^ip6?tables(-nft|-legacy)?(-save|-restore)?$/.test(p)),
+    ["nft", "ip", "conntrack", "ipset"],
+  );
+  assert.equal(programs.length, 4 + 2 * 3 * 3, "every iptables program of both families");
+  assert.deepEqual(value("--allow-read")!.split(","), [
+    "/etc/kube-nftproxy",
+    "/var/lib/kube-proxy",
+    "/var/run/secrets/kubernetes.io",
+    "/run/secrets/kubernetes.io",
+    "/tmp",
+    "/usr/local/lib/kube-nftproxy",
+  ]);
+  assert.equal(value("--allow-write"), "/tmp");
+  assert.equal(value("--allow-sys"), "hostname,networkInterfaces");
+  assert.deepEqual(flags.filter((f) => !f.includes("=")), ["--allow-net", "--allow-env"]);
+  assert.equal(flags.length, 6);
+});
+
+Deno.test("README states the image's permissions exactly as scripts/image_build.sh gives them", async () => {
+  const readme = await Deno.readTextFile(`${ROOT}README.md`);
+  for (const flag of await imagePermissions()) {
+    assert.ok(readme.includes(flag), `README lacks ${flag}`);
+  }
+});
+
+Deno.test("Dockerfile's runtime stage installs nftables, iptables, conntrack, iproute2 and ipset without recommends and cleans apt's lists and the documentation in the same layer", () => {
   const install = runs(runtime.instructions).find((run) => run.includes("apt-get install"));
   assert.ok(install, "no RUN apt-get install in the runtime stage");
   const packages = /apt-get install ((?:-\S+ )*)(.*?)(?: &&|$)/.exec(install);
@@ -76,22 +126,23 @@ Deno.test("Dockerfile's runtime stage installs nftables, iptables, conntrack and
   assert.deepEqual(packages[2].split(" ").sort(), [
     "conntrack",
     "iproute2",
+    "ipset",
     "iptables",
     "nftables",
   ]);
   assert.match(install, /^apt-get update && apt-get install /);
-  assert.match(install, /&& rm -rf \/var\/lib\/apt\/lists\/\*$/);
+  assert.match(install, /&& rm -rf \/var\/lib\/apt\/lists\/\* /);
+  assert.match(install, / \/usr\/share\/doc /);
 });
 
-Deno.test("Dockerfile's ENTRYPOINT is the compiled binary in exec form, so the container's args reach it as main.ts's flags", () => {
+Deno.test("Dockerfile's ENTRYPOINT is the proxy in exec form, so the container's args reach it as main.ts's flags", () => {
   const entrypoints = runtime.instructions.filter((i) => i.keyword === "ENTRYPOINT");
   assert.equal(entrypoints.length, 1);
   assert.deepEqual(execForm(entrypoints[0].args), ["/usr/local/bin/kube-nftproxy"]);
   assert.equal(runtime.instructions.some((i) => i.keyword === "CMD"), false);
   const copies = runtime.instructions.filter((i) => i.keyword === "COPY");
-  assert.deepEqual(copies.map((i) => i.args), [
-    "--from=build /kube-nftproxy /usr/local/bin/kube-nftproxy",
-  ]);
+  assert.deepEqual(copies.map((i) => i.args), ["--from=build /out/ /usr/local/"]);
+  assert.match(BUILD_SCRIPT, /mkdir -p "\$out\/bin"/, "both modes put the proxy in bin/");
 });
 
 /** hadolint's rules that apply to this file: `[id, what it asks, instructions breaking it]`. */
@@ -100,7 +151,9 @@ const LINT_RULES: [string, string, (file: Dockerfile) => Instruction[]][] = [
     "DL3006",
     "every FROM names a tag or digest",
     (file) =>
-      file.instructions.filter((i) => i.keyword === "FROM" && !/[:@]/.test(i.args.split(/\s+/)[0])),
+      file.stages.filter((stage) => !/[:@]/.test(stage.image)).map((stage) =>
+        file.instructions.find((i) => i.keyword === "FROM" && i.args.startsWith(stage.from))!
+      ),
   ],
   [
     "DL3007",
@@ -185,7 +238,9 @@ Deno.test(".dockerignore lets every local module main.ts loads into the build co
     .map((specifier) => fileURLToPath(specifier).slice(ROOT.length));
   assert.ok(local.includes("main.ts") && local.includes("deno.json"), local.join(", "));
   assert.deepEqual(local.filter(ignored), []);
-  for (const path of ["deno.lock", "denort"]) assert.equal(ignored(path), false, path);
+  for (const path of ["deno.lock", "denort", "scripts/image_build.sh"]) {
+    assert.equal(ignored(path), false, path);
+  }
   for (
     const path of [
       "tests/fixtures/objects.ts",
@@ -193,6 +248,7 @@ Deno.test(".dockerignore lets every local module main.ts loads into the build co
       ".git/HEAD",
       "kube-nftproxy",
       "bench/scale.ts",
+      "scripts/image.sh",
       "node_modules/x/index.js",
     ]
   ) {
