@@ -1,5 +1,6 @@
 # kube-nftproxy's container image: the proxy, run by Deno with only the permissions it needs, on a
-# slim Debian with the kernel tools it drives (nft, iptables-restore, conntrack, ip, ipset).
+# slim Debian with the kernel tools it drives (nft, iptables-restore, conntrack, ip, ipset,
+# ipvsadm).
 #
 #   docker build -t kube-nftproxy:0.1.0 .                                      # with internet
 #   docker build --build-arg DENORT_BIN=/src/denort -t kube-nftproxy:0.1.0 .   # offline denort
@@ -46,7 +47,7 @@ FROM ${BASE_IMAGE} AS runtime
 # would stop building the day it does (hadolint DL3008).
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends nftables iptables conntrack iproute2 ipset \
+    && apt-get install -y --no-install-recommends nftables iptables conntrack iproute2 ipset ipvsadm \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
        /usr/share/doc /usr/share/man /usr/share/info /usr/share/locale
 COPY --from=build /out/ /usr/local/

@@ -12,8 +12,8 @@
 #        sh scripts/image_build.sh permissions           (prints the permission flags)
 #
 # The proxy's permissions, and nothing more (README, "Permissions", says why each one):
-# - run:   the kernel tools it drives (nft, ip, conntrack, ipset, and every iptables program the
-#          iptables mode and the leftover cleanups may use);
+# - run:   the kernel tools it drives (nft, ip, conntrack, ipset, ipvsadm, and every iptables
+#          program the iptables mode and the leftover cleanups may use);
 # - net:   the API server (any address a kubeconfig may name) and its own listeners;
 # - sys:   hostname (the node name when no --hostname-override) and networkInterfaces (the
 #          node's addresses, for NodePorts);
@@ -32,7 +32,7 @@ mode="${1:-}"
 out="${2:-}"
 app=/usr/local/lib/kube-nftproxy
 worker=src/source/cluster_file_worker.ts
-programs=nft,ip,conntrack,ipset
+programs=nft,ip,conntrack,ipset,ipvsadm
 for family in iptables ip6tables; do
   for backend in "" -nft -legacy; do
     for tool in "" -save -restore; do

@@ -175,8 +175,12 @@ export interface RemoveIpvsLeftoversOptions {
   keep?: Readonly<Record<"nat" | "filter", readonly string[]>>;
   /** Runs the programs. Default: {@link runProgram} in `netns`, 30 s limit each. */
   run?: LeftoverRunner;
-  /** Whether the kernel has the `ip_vs` module. Default: `/sys/module/ip_vs` exists. */
-  hasIpvsModule?: () => Promise<boolean>;
+  /**
+   * Whether the kernel has the `ip_vs` module; `undefined` when that cannot be seen (Deno wants
+   * `--allow-all` to look into /sys, which the image does not grant). Default:
+   * `/sys/module/ip_vs` exists.
+   */
+  hasIpvsModule?: () => Promise<boolean | undefined>;
   /** Work inside this network namespace (`ip netns exec`); for tests. */
   netns?: string;
 }
@@ -214,22 +218,6 @@ export async function removeIpvsLeftovers(options: RemoveIpvsLeftoversOptions): 
     return result.stdout;
   };
 
-  // 1. IPVS virtual servers, where the kernel has IPVS at all (upstream checks the same).
-  if (!(await hasIpvsModule())) {
-    note("no ip_vs module in this kernel: no IPVS virtual servers to flush");
-  } else {
-    try {
-      const services = (await must(["ipvsadm", "-S", "-n"])).split("\n")
-        .filter((line) => line.startsWith("-A "));
-      if (services.length > 0) {
-        await must(["ipvsadm", "-C"]);
-        removed.push(`IPVS virtual servers (${services.length})`);
-      }
-    } catch (err) {
-      fail("the IPVS virtual servers", err);
-    }
-  }
-
   // Read first, changing nothing: ipvs mode's ipsets (undefined where they cannot be listed).
   let listed: ProgramResult | undefined;
   try {
@@ -244,17 +232,42 @@ export async function removeIpvsLeftovers(options: RemoveIpvsLeftoversOptions): 
   const sets = listed?.stdout.split("\n").map((l) => l.trim())
     .filter((name) => IPVS_IPSETS.includes(name));
 
-  // 2. kube-ipvs0, which holds every Service IP as a local address.
+  // Read first, changing nothing: does the node hold ipvs mode's link?
   let link = false;
   try {
-    const shown = await run(["ip", "-o", "link", "show", "dev", IPVS_LINK]);
-    link = shown.code === 0;
-    if (link) {
-      await must(["ip", "link", "delete", "dev", IPVS_LINK]);
-      removed.push(`link ${IPVS_LINK}`);
-    }
+    link = (await run(["ip", "-o", "link", "show", "dev", IPVS_LINK])).code === 0;
   } catch (err) {
     fail(`link ${IPVS_LINK}`, err);
+  }
+
+  // 1. IPVS virtual servers, where the kernel has IPVS at all (upstream checks the same). Where
+  // the module cannot be seen, a node that shows ipvs mode (its link or its ipsets) has it: the
+  // old kube-proxy needed it, and asking IPVS on any other node could load the module.
+  const module = (await hasIpvsModule()) ??
+    (link || (sets?.length ?? 0) > 0);
+  if (!module) {
+    note("no ip_vs module in this kernel: no IPVS virtual servers to flush");
+  } else {
+    try {
+      const services = (await must(["ipvsadm", "-S", "-n"])).split("\n")
+        .filter((line) => line.startsWith("-A "));
+      if (services.length > 0) {
+        await must(["ipvsadm", "-C"]);
+        removed.push(`IPVS virtual servers (${services.length})`);
+      }
+    } catch (err) {
+      fail("the IPVS virtual servers", err);
+    }
+  }
+
+  // 2. kube-ipvs0, which holds every Service IP as a local address.
+  if (link) {
+    try {
+      await must(["ip", "link", "delete", "dev", IPVS_LINK]);
+      removed.push(`link ${IPVS_LINK}`);
+    } catch (err) {
+      fail(`link ${IPVS_LINK}`, err);
+    }
   }
 
   // 3. The iptables chains, from both back ends and both families: only on a node that shows
@@ -314,11 +327,11 @@ function describeChains(script: string, family: IPFamily, backend: string): stri
   return `${family} iptables-${backend} chains ${chains.join(", ")}`;
 }
 
-async function defaultHasIpvsModule(): Promise<boolean> {
+async function defaultHasIpvsModule(): Promise<boolean | undefined> {
   try {
     await Deno.stat("/sys/module/ip_vs");
     return true;
-  } catch {
-    return false;
+  } catch (err) {
+    return err instanceof Deno.errors.NotCapable ? undefined : false;
   }
 }

@@ -189,9 +189,30 @@ Deno.test("removeIpvsLeftovers() skips IPVS without the ip_vs module, and ipsets
   assert.deepEqual(removed, []);
   assert.ok(!node.calls.some((c) => c.startsWith("ipvsadm")), node.calls.join("\n"));
   assert.deepEqual(notes, [
-    "no ip_vs module in this kernel: no IPVS virtual servers to flush",
     "no ipset program: no KUBE-* ipsets to look for",
+    "no ip_vs module in this kernel: no IPVS virtual servers to flush",
   ]);
+});
+
+Deno.test("removeIpvsLeftovers() flushes IPVS where the module cannot be seen only on a node that shows ipvs mode", async () => {
+  // With the image's permissions Deno cannot look into /sys: the node's own evidence decides,
+  // so IPVS is never asked (which could load ip_vs) on a node that never ran ipvs mode.
+  const quiet = { log: () => {}, note: () => {}, onFailure: () => {} };
+  const unknown = () => Promise.resolve(undefined);
+  const plain = fakeNode([
+    ["ip -o link show", { code: 1, stderr: 'Device "kube-ipvs0" does not exist.' }],
+    ["ipset list -n", { stdout: "my-own-set\n" }],
+  ]);
+  await removeIpvsLeftovers({ ...quiet, run: plain.run, hasIpvsModule: unknown });
+  assert.ok(!plain.calls.some((c) => c.startsWith("ipvsadm")), plain.calls.join("\n"));
+
+  const former = fakeNode([
+    ["ipvsadm -S -n", { stdout: "-A -t 10.96.0.10:80 -s rr\n" }],
+    ["ipset list -n", { stdout: "" }],
+  ]);
+  const removed = await removeIpvsLeftovers({ ...quiet, run: former.run, hasIpvsModule: unknown });
+  assert.ok(former.calls.includes("ipvsadm -C"), former.calls.join("\n"));
+  assert.equal(removed[0], "IPVS virtual servers (1)");
 });
 
 Deno.test("removeIpvsLeftovers() reports each failure and still runs the other steps", async () => {

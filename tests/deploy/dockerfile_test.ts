@@ -94,9 +94,9 @@ Deno.test("the image's permissions: only the kernel tools, the network, the conf
   const programs = value("--allow-run")!.split(",");
   assert.deepEqual(
     programs.filter((p) => !/^ip6?tables(-nft|-legacy)?(-save|-restore)?$/.test(p)),
-    ["nft", "ip", "conntrack", "ipset"],
+    ["nft", "ip", "conntrack", "ipset", "ipvsadm"],
   );
-  assert.equal(programs.length, 4 + 2 * 3 * 3, "every iptables program of both families");
+  assert.equal(programs.length, 5 + 2 * 3 * 3, "every iptables program of both families");
   assert.deepEqual(value("--allow-read")!.split(","), [
     "/etc/kube-nftproxy",
     "/var/lib/kube-proxy",
@@ -118,7 +118,7 @@ Deno.test("README states the image's permissions exactly as scripts/image_build.
   }
 });
 
-Deno.test("Dockerfile's runtime stage installs nftables, iptables, conntrack, iproute2 and ipset without recommends and cleans apt's lists and the documentation in the same layer", () => {
+Deno.test("Dockerfile's runtime stage installs nftables, iptables, conntrack, iproute2, ipset and ipvsadm without recommends and cleans apt's lists and the documentation in the same layer", () => {
   const install = runs(runtime.instructions).find((run) => run.includes("apt-get install"));
   assert.ok(install, "no RUN apt-get install in the runtime stage");
   const packages = /apt-get install ((?:-\S+ )*)(.*?)(?: &&|$)/.exec(install);
@@ -128,6 +128,7 @@ Deno.test("Dockerfile's runtime stage installs nftables, iptables, conntrack, ip
     "iproute2",
     "ipset",
     "iptables",
+    "ipvsadm",
     "nftables",
   ]);
   assert.match(install, /^apt-get update && apt-get install /);
