@@ -49,7 +49,7 @@ async function demonstrate(topo: Topology): Promise<number> {
     `--cluster-cidr=${POD_CIDR_V4},${POD_CIDR_V6}`,
     "-v=1",
   ], { env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" } });
-  await proxy.waitForOutput(/ synced /, 20_000);
+  await proxy.waitForOutput(/\bsynced /, 20_000);
   console.log(`kube-nftproxy is running in the node namespace and has programmed it.\n`);
 
   console.log(

@@ -54,7 +54,10 @@ function fullScript(planner: IptablesPlanner | NftPlanner, state: ProxyState): s
 function recordingLog(): { log: ReturnType<typeof createLogger>; lines: string[] } {
   const lines: string[] = [];
   return {
-    log: createLogger({ write: (line) => lines.push(line), now: () => "T" }),
+    // Severity and message of each klog line, as `I T message`.
+    log: createLogger({
+      write: (line) => lines.push(`${line[0]} T ${JSON.parse(line.slice(line.indexOf("] ") + 2))}`),
+    }),
     lines,
   };
 }

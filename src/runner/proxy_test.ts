@@ -101,7 +101,7 @@ async function startDaemon(
       scripts.push(script);
       return Promise.resolve();
     },
-    log: createLogger({ verbosity: 4, write: (line) => logs.push(line), now: () => "T" }),
+    log: createLogger({ verbosity: 4, write: (line) => logs.push(line), now: () => new Date(0) }),
     clock,
     health,
     metrics,
@@ -195,7 +195,7 @@ Deno.test("runProxy() warns once, naming the node, when no Node object for it wa
   missing.source.handler!.onSynced();
   await missing.clock.advanceAsync(0);
   await missing.clock.advanceAsync(60_000);
-  const warnings = missing.logs.filter((l) => l.includes('no Node named "node-a"'));
+  const warnings = missing.logs.filter((l) => l.includes('no Node named \\"node-a\\"'));
   assert.equal(warnings.length, 1, missing.logs.join("\n"));
   assert.match(warnings[0], /\/healthz answers 503 .*--hostname-override/);
   await missing.stop();
@@ -330,7 +330,7 @@ Deno.test("runProxy() runs the conntrack reconciler after every sync and counts 
   ]);
   const deleted = 'kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}';
   assert.equal(await d.metric(deleted), 2);
-  assert.ok(d.logs.some((l) => l.startsWith("E ") && l.includes("(IPv6) failed: cannot list")));
+  assert.ok(d.logs.some((l) => l.startsWith("E") && l.includes("(IPv6) failed: cannot list")));
 
   fail = true;
   d.source.handler!.onEvent({
@@ -343,7 +343,7 @@ Deno.test("runProxy() runs the conntrack reconciler after every sync and counts 
   assert.equal(await d.metric(deleted), 2);
   assert.equal(await d.metric("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), 0);
   assert.equal(await d.healthz(), 200);
-  assert.ok(d.logs.some((l) => l.startsWith("E ") && l.includes("conntrack is missing")));
+  assert.ok(d.logs.some((l) => l.startsWith("E") && l.includes("conntrack is missing")));
   await d.stop();
 });
 
@@ -392,8 +392,8 @@ Deno.test("runProxy() logs the descriptor limit in force at start and the connec
   const line = d.logs.find((l) => l.includes("open files limit"));
   const limit = readDescriptorLimit()!;
   assert.equal(
-    line,
-    `I T open files limit ${limit.soft} (hard ${limit.hard}); the health, metrics and ` +
+    line && JSON.parse(line.slice(line.indexOf("] ") + 2)),
+    `open files limit ${limit.soft} (hard ${limit.hard}); the health, metrics and ` +
       `health-check ports hold at most ${connectionBudget(limit.soft)} connections`,
   );
   assert.equal(

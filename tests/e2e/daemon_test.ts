@@ -329,7 +329,7 @@ Deno.test({
         const from = proxy.output().length;
         await eventually(
           "a sync",
-          () => Promise.resolve(/ synced (fully|partially): /.test(proxy.output().slice(from))),
+          () => Promise.resolve(/\bsynced (fully|partially): /.test(proxy.output().slice(from))),
         );
       };
       const faults: [string, string, (ip: string) => Promise<void>][] = [

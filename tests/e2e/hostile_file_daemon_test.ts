@@ -83,14 +83,14 @@ Deno.test({
       "-v=2",
     ], { ns, env: { NO_COLOR: "1", DENO_NO_UPDATE_CHECK: "1" } });
     const api = await startNamespacedApiServer(ns);
-    const syncs = () => proxy.output().match(/ synced /g)?.length ?? 0;
-    const warnings = () => proxy.output().match(/objects read last$/gm)?.length ?? 0;
+    const syncs = () => proxy.output().match(/\bsynced /g)?.length ?? 0;
+    const warnings = () => proxy.output().match(/objects read last"?$/gm)?.length ?? 0;
     const ruleset = async () => (await run(["nft", "list", "ruleset"], { ns })).stdout;
     let probing = true;
     const latencies: number[] = [];
     const failures: string[] = [];
     try {
-      await proxy.waitForOutput(/ synced /, 20_000);
+      await proxy.waitForOutput(/\bsynced /, 20_000);
       assert.match(await ruleset(), /10\.96\.0\.1 /);
       // Health asked every 100 ms from inside the namespace, each answer timed.
       const probe = (async () => {

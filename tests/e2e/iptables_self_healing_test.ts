@@ -46,7 +46,7 @@ for (const backend of ["nft", "legacy"] as const) {
             60_000,
           );
           const restoring = proxy.output().lastIndexOf("restoring them now");
-          await waitForLines(() => proxy.output().slice(restoring), / synced fully: /, 1, 60_000);
+          await waitForLines(() => proxy.output().slice(restoring), /\bsynced fully: /, 1, 60_000);
           const [answer] = await probe(topo, topo.client.ns, target);
           assert.equal(
             answer.outcome,

@@ -210,7 +210,7 @@ export async function startDaemon(
     ],
     { env: { DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1", ...options.env } },
   );
-  const syncs = () => process.output().match(/ synced /g)?.length ?? 0;
+  const syncs = () => process.output().match(/\bsynced /g)?.length ?? 0;
   const waitForSync = async (after: number, timeoutMs = options.syncTimeoutMs ?? 15_000) => {
     const deadline = Date.now() + timeoutMs;
     while (syncs() <= after) {

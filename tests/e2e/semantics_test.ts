@@ -144,7 +144,7 @@ test("self-healing: after `nft flush ruleset` on the node, the rules come back b
     // The next check notices, and the full sync it asks for brings the service back.
     await proxy.waitForLog(/removed or flushed by someone else; restoring them now/, 1);
     const restoring = proxy.output().lastIndexOf("restoring them now");
-    await waitForLines(() => proxy.output().slice(restoring), / synced fully: /, 1);
+    await waitForLines(() => proxy.output().slice(restoring), /\bsynced fully: /, 1);
     assert.equal((await probe(topo, topo.client.ns, target))[0].outcome, "ok");
   }));
 

@@ -70,8 +70,8 @@ Deno.test({
         assert.doesNotMatch(tables, /^table ip6 kube-nftproxy$/m);
         // Periodic syncs (every second here; -v=4 logs them even when they send nothing) go on
         // without errors: two more after the ones so far.
-        const syncs = countLines(proxy.output(), / synced (fully|partially): /);
-        await proxy.waitForLog(/ synced (fully|partially): /, syncs + 2);
+        const syncs = countLines(proxy.output(), /\bsynced (fully|partially): /);
+        await proxy.waitForLog(/\bsynced (fully|partially): /, syncs + 2);
         const log = proxy.output();
         assert.equal(log.match(/refuses ip6 rules/g)?.length, 1, log);
         assert.doesNotMatch(log, /sync failed|removed or flushed/, log);

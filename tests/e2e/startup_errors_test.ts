@@ -50,7 +50,9 @@ async function proxy(ns: string, args: string[]): Promise<Outcome> {
     { ns, timeoutMs: 30_000, env: { NO_COLOR: "1", DENO_NO_UPDATE_CHECK: "1" } },
   );
   const ms = performance.now() - started;
-  const errors = out.stderr.split("\n").filter((l) => l !== "" && !/^[IW] \d{4}-/.test(l));
+  const errors = out.stderr.split("\n").filter((l) =>
+    l !== "" && !/^[IW]\d{4} \d\d:\d\d:\d\d\.\d{6} /.test(l)
+  );
   return { code: out.code, errors, stderr: out.stderr, ms };
 }
 

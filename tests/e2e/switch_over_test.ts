@@ -275,7 +275,7 @@ test("switch-over from kube-proxy's iptables mode to nft mode: no connection los
   try {
     await loadUpstreamIptables(topo);
     await switchOver(topo, () => startProxy(topo, cluster(topo)), {
-      doneWhenLogged: / synced /,
+      doneWhenLogged: /\bsynced /,
       kubeRule: /KUBE-/,
     });
   } finally {
@@ -289,7 +289,7 @@ test("switch-over from kube-proxy's iptables mode to iptables mode: no connectio
   try {
     await loadUpstreamIptables(topo);
     await switchOver(topo, () => startIptablesProxy(topo, cluster(topo)), {
-      doneWhenLogged: / synced /,
+      doneWhenLogged: /\bsynced /,
       kubeRule: /default\/gone/,
     });
   } finally {
