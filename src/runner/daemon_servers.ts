@@ -17,6 +17,7 @@ import {
   readDescriptorLimit,
 } from "../server/descriptor_limit.ts";
 import { type HttpServer, ServeError, type ServeOptions } from "../server/serve.ts";
+import { observeApiProblems, observeApiRequests } from "../source/api_http.ts";
 import { healthCheckEvents } from "../source/event_recorder.ts";
 import type { Clock } from "./clock.ts";
 import type { ProxyParts } from "./proxy.ts";
@@ -35,6 +36,8 @@ export function daemonParts(parts: ProxyParts, clock: Clock): DaemonParts {
   const health = parts.health ??
     new ProxyHealth({ healthTimeoutMs: healthTimeoutMs(config.syncPeriodMs), clock });
   const metrics = parts.metrics ?? new ProxyMetrics({ mode: config.mode, clock });
+  observeApiRequests((request) => metrics.apiRequest(request));
+  observeApiProblems((problem) => metrics.apiProblem(problem));
   if (parts.serviceConnections !== undefined) {
     metrics.serviceConnectionsFrom(parts.serviceConnections);
   }

@@ -26,9 +26,11 @@ import {
 } from "prom-client";
 import type { ProxyMode } from "../config/config.ts";
 import type { ObjectKind } from "../source/events.ts";
+import type { ApiProblem, ApiRequestObservation } from "../source/api_http.ts";
 import { type Clock, realClock } from "../runner/clock.ts";
 import { ConnectionMetrics } from "./connection_metrics.ts";
 import type { HealthPath } from "./health.ts";
+import { registerProcessMetrics } from "./process_metrics.ts";
 import { type HttpServer, serveHttp, type ServeOptions } from "./serve.ts";
 
 /** Upstream's sync latency buckets: 1 ms doubling to about 16 s (`ExponentialBuckets(0.001, 2, 15)`). */
@@ -44,6 +46,25 @@ export const NETWORK_PROGRAMMING_BUCKETS: readonly number[] = [
   ...linearBuckets(1, 1, 59),
   ...linearBuckets(60, 5, 12),
   ...linearBuckets(120, 30, 7),
+];
+
+/**
+ * client-go's `rest_client_request_duration_seconds` buckets: 5 ms to 60 s
+ * (k8s.io/component-base/metrics/prometheus/restclient).
+ */
+export const REST_CLIENT_DURATION_BUCKETS: readonly number[] = [
+  0.005,
+  0.025,
+  0.1,
+  0.25,
+  0.5,
+  1,
+  2,
+  4,
+  8,
+  15,
+  30,
+  60,
 ];
 
 /** Sizes of scripts sent to the kernel: 256 B growing ×4 to 64 MiB. */
@@ -153,6 +174,9 @@ export class ProxyMetrics {
   readonly #rulesRestored: Counter;
   readonly #scriptBytes: Histogram;
   readonly #serviceConnections: Counter<"namespace" | "service" | "port">;
+  readonly #restRequests: Counter<"code" | "host" | "method">;
+  readonly #restDuration: Histogram<"host" | "verb">;
+  readonly #apiProblems: Counter<"kind" | "reason">;
   #serviceConnectionsSource: ServiceConnectionsSource | undefined;
 
   /** Creates and registers every metric of `options.mode` on a new registry. */
@@ -286,6 +310,46 @@ export class ProxyMetrics {
       registers,
       collect: () => this.#collectServiceConnections(),
     });
+    this.#restRequests = new Counter({
+      name: "rest_client_requests_total",
+      help: "Number of HTTP requests, partitioned by status code, method, and host.",
+      labelNames: ["code", "host", "method"] as const,
+      registers,
+    });
+    this.#restDuration = new Histogram({
+      name: "rest_client_request_duration_seconds",
+      help: "Request latency in seconds. Broken down by verb, and host.",
+      labelNames: ["host", "verb"] as const,
+      buckets: [...REST_CLIENT_DURATION_BUCKETS],
+      registers,
+    });
+    this.#apiProblems = new Counter({
+      name: "kubenftproxy_api_source_problems_total",
+      help:
+        "Lists and watches of the API server given up (and retried with backoff), and objects " +
+        "skipped, by kind and reason",
+      labelNames: ["kind", "reason"] as const,
+      registers,
+    });
+    registerProcessMetrics(registry);
+  }
+
+  /**
+   * The API client made a request (client-go's `rest_client_requests_total` and
+   * `rest_client_request_duration_seconds`, the latency to the response headers).
+   */
+  apiRequest(request: ApiRequestObservation): void {
+    this.#restRequests.inc({ code: request.code, host: request.host, method: request.method });
+    this.#restDuration.observe({ host: request.host, verb: request.method }, request.seconds);
+  }
+
+  /**
+   * The API source gave up on a list or watch (a page or event too large, not JSON, a bad
+   * event, an idle stream, an error status, an expired version…) or skipped an object of the
+   * wrong kind; the log line says which.
+   */
+  apiProblem(problem: ApiProblem): void {
+    this.#apiProblems.inc({ kind: problem.kind, reason: problem.reason });
   }
 
   /**
@@ -318,8 +382,12 @@ export class ProxyMetrics {
     if (failure.seconds !== undefined) this.#observeLatency(full, failure.seconds);
   }
 
-  /** Removing stale chains or tables failed (nft mode only; ignored in iptables mode). */
-  cleanupFailed(): void {
+  /**
+   * Removing stale chains, sets, maps or tables failed (nft mode only; ignored in iptables
+   * mode): upstream's `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total`. Fits the
+   * back end's `cleanupFailed(what, err)` hook; the hook's caller logs the failure.
+   */
+  cleanupFailed(_what?: string, _err?: unknown): void {
     this.#cleanupFailures?.inc();
   }
 

@@ -21,6 +21,7 @@ import { YAMLException } from "js-yaml";
 import { dirname, isAbsolute, join } from "node:path";
 import { formatBytes } from "../bounded_read.ts";
 import { loadYamlDocuments } from "../bounded_yaml.ts";
+import { measuredFetch } from "./api_http.ts";
 
 /**
  * The largest kubeconfig read: 4 MiB. Kubeconfigs with embedded certificates for a few dozen
@@ -116,7 +117,7 @@ export async function connectApi(options: ApiConnectionOptions = {}): Promise<Ap
       ...(proxyUrl ? { proxy: { url: proxyUrl } } : {}),
     });
   }
-  const send = options.fetch ?? fetch;
+  const send = measuredFetch(options.fetch ?? fetch);
   const userAgent = `kube-nftproxy/${VERSION}`;
   const connection: ApiConnection = {
     server,

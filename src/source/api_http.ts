@@ -245,3 +245,103 @@ export async function watchedRequest<T>(
     signal.removeEventListener("abort", stop);
   }
 }
+
+/** One request the API client made, for {@link observeApiRequests}' observer. */
+export interface ApiRequestObservation {
+  /** `GET`, `POST`, … */
+  readonly method: string;
+  /** The server's `host:port`. */
+  readonly host: string;
+  /** The HTTP status, or `<error>` when no response came (client-go's label for that). */
+  readonly code: string;
+  /** From sending the request to its response headers (a watch's stream not included). */
+  readonly seconds: number;
+}
+
+/** Why the API source gave up on a request or skipped an object, for {@link observeApiProblems}. */
+export type ApiProblemReason =
+  | "too_large"
+  | "not_json"
+  | "bad_event"
+  | "wrong_kind"
+  | "idle_timeout"
+  | "expired"
+  | "error_status"
+  | "connection"
+  | "other";
+
+/** A problem of the API source with one resource (`services`, `endpointslices`, …). */
+export interface ApiProblem {
+  /** The kind, as the reflector names it (`Service`, `EndpointSlice`, `Node`, …). */
+  readonly kind: string;
+  readonly reason: ApiProblemReason;
+}
+
+/**
+ * Where every API request and every API-source problem of this process is reported, as
+ * client-go's process-wide `metrics.Register` (the metrics exist once per process whatever the
+ * number of clients); the daemon points them at its metrics. Replaces earlier observers.
+ */
+const observers: {
+  request?: (observation: ApiRequestObservation) => void;
+  problem?: (problem: ApiProblem) => void;
+} = {};
+
+/** Sends every later request's method, host, status and latency to `observer`. */
+export function observeApiRequests(
+  observer: ((observation: ApiRequestObservation) => void) | undefined,
+): void {
+  observers.request = observer;
+}
+
+/** Sends every later API-source problem (see {@link reportApiProblem}) to `observer`. */
+export function observeApiProblems(observer: ((problem: ApiProblem) => void) | undefined): void {
+  observers.problem = observer;
+}
+
+/** Reports one problem of the API source to the observer, if any. */
+export function reportApiProblem(kind: string, reason: ApiProblemReason): void {
+  observers.problem?.({ kind, reason });
+}
+
+/** The {@link ApiProblemReason} of an error that ended a list or watch. */
+export function problemReason(error: unknown): ApiProblemReason {
+  if (error instanceof ResponseTooLargeError) return "too_large";
+  if (error instanceof IdleTimeoutError) return "idle_timeout";
+  if (error instanceof ApiStatusError) return error.status === 410 ? "expired" : "error_status";
+  if (error instanceof SyntaxError || /not JSON/.test(errorMessage(error))) return "not_json";
+  if (error instanceof Error && error.name === "BadWatchEventError") return "bad_event";
+  if (error instanceof TypeError) return "connection";
+  return "other";
+}
+
+/**
+ * `send` (a `fetch`) measured: each request's method, host, status (or `<error>`) and time to
+ * its response headers go to the observer of {@link observeApiRequests}, as client-go's
+ * `rest_client_requests_total` and `rest_client_request_duration_seconds` count them.
+ */
+export function measuredFetch(send: typeof fetch): typeof fetch {
+  return async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    const started = performance.now();
+    const url = input instanceof Request ? input.url : String(input);
+    const method = (init?.method ?? (input instanceof Request ? input.method : "GET"))
+      .toUpperCase();
+    let host = "";
+    try {
+      host = new URL(url).host;
+    } catch {
+      // a URL fetch itself refuses: reported with an empty host
+    }
+    const observe = (code: string) =>
+      observers.request?.({ method, host, code, seconds: (performance.now() - started) / 1000 });
+    let response: Response;
+    try {
+      response = await send(input, init);
+    } catch (error) {
+      observe("<error>");
+      throw error;
+    }
+    observe(String(response.status));
+    return response;
+  };
+}

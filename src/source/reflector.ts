@@ -33,8 +33,10 @@ import {
   errorMessage,
   IdleTimeoutError,
   isRecord,
+  problemReason,
   readLines,
   readText,
+  reportApiProblem,
   ResponseTooLargeError,
   sleep,
   statusError,
@@ -135,6 +137,7 @@ export class Reflector {
         await this.#watch();
       } catch (error) {
         if (signal.aborted) break;
+        reportApiProblem(kind, problemReason(error));
         if (
           error instanceof ApiStatusError && error.status === 410 && phase === "list" &&
           !this.#lastSyncRVUnavailable
@@ -351,6 +354,7 @@ export class Reflector {
       // its initial events (an idle stream, a bad event) means it does not speak watch-list.
       const answered = error instanceof IdleTimeoutError || isUnreadable(error);
       if (complete || this.#o.signal.aborted || !answered) throw error;
+      reportApiProblem(this.#o.kind, problemReason(error));
       return fallBack(errorMessage(error));
     }
   }
@@ -407,6 +411,7 @@ export class Reflector {
     if (rv !== undefined) this.#rv = this.#lastSyncRV = rv;
     if (type === "BOOKMARK") return;
     if (type !== "ADDED" && type !== "MODIFIED" && type !== "DELETED") {
+      reportApiProblem(this.#o.kind, "bad_event");
       this.#o.log(`ignoring a ${this.#o.kind} watch event of unknown type ${String(type)}`);
       return;
     }
@@ -466,6 +471,7 @@ export class Reflector {
     if (object.kind === this.#o.kind && typeof object.apiVersion === "string") return object;
     if (object.kind !== undefined && object.kind !== null && object.kind !== "") {
       const kind = typeof object.kind === "string" ? object.kind : JSON.stringify(object.kind);
+      reportApiProblem(this.#o.kind, "wrong_kind");
       this.#o.log(
         `skipping a ${how} object of kind ${kind.slice(0, 100)} among ${this.#o.kind}s`,
       );

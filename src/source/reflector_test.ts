@@ -1,3 +1,4 @@
+import { observeApiProblems } from "./api_http.ts";
 import assert from "node:assert/strict";
 import type { ObjectEvent, RawObject } from "./events.ts";
 import { Backoff, Reflector, type ReflectorOptions, relistEvents } from "./reflector.ts";
@@ -532,6 +533,30 @@ Deno.test("Reflector lists again, consistently, after a bookmark with a version 
     assert.equal(r.paths[4], "/api/v1/services?limit=2");
     assert.deepEqual(r.events.map(summary), ["add a", "add b"]);
   } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector reports each problem by reason: not JSON, too large, wrong kind", async () => {
+  const problems: string[] = [];
+  observeApiProblems((p) => problems.push(`${p.kind} ${p.reason}`));
+  const pod = { kind: "Pod", apiVersion: "v1", ...listItem("p", "2") };
+  const r = scripted([
+    () => listOf("3", listItem("a", "1"), pod),
+    () => new Response('{"type":"MODIFIED","object":{"metadata":\n'),
+    () => listOf("5", listItem("a", "4")),
+    () => new Response(`${JSON.stringify({ type: "ADDED", object: svc("x".repeat(2000)) })}\n`),
+    () => listOf("6", listItem("a", "4")),
+  ], { maxEventBytes: 1000 });
+  try {
+    await waitFor("the third list", () => r.listed() === 3);
+    assert.deepEqual(problems, [
+      "Service wrong_kind",
+      "Service not_json",
+      "Service too_large",
+    ]);
+  } finally {
+    observeApiProblems(undefined);
     await r.stop();
   }
 });

@@ -20,7 +20,9 @@ Deno.test("docs/operating.md lists every metric the proxy registers in nft and i
     ),
   );
   const documented = new Set(
-    [...docs.matchAll(/^\| `((?:kubeproxy|kubenftproxy|process)_[a-z_]+)(?:\{[a-z_,]+\})?`/gm)]
+    [...docs.matchAll(
+      /^\| `((?:kubeproxy|kubenftproxy|process|rest_client|kubernetes)_[a-z_]+)(?:\{[a-z_,…]+\})?`/gm,
+    )]
       .map((match) => match[1]),
   );
   assert.deepEqual([...documented].sort(), [...registered].sort());
