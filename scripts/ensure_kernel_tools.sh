@@ -39,7 +39,7 @@ has_tool() {
 
 tools=""
 packages=""
-for pair in nft:nftables iptables:iptables conntrack:conntrack ip:iproute2 sysctl:procps curl:curl ipset:ipset; do
+for pair in nft:nftables iptables:iptables conntrack:conntrack ip:iproute2 sysctl:procps curl:curl ipset:ipset prometheus:prometheus; do
   if ! has_tool "${pair%%:*}"; then
     tools="$tools ${pair%%:*}"
     packages="$packages ${pair#*:}"
