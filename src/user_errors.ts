@@ -19,6 +19,7 @@ const USER_ERRORS: ReadonlySet<string> = new Set([
   "ClusterFileError", // src/source/cluster_file.ts: the --from-file file
   "ApiConfigError", // src/source/api_connection.ts: kubeconfig, --master, in-cluster account
   "ApiUnreachableError", // src/source/api_source.ts: no initial state within the wait
+  "ServeError", // src/server/serve.ts: a health or metrics port not bound, bindAddressHardFail
   // Deno's own, when a permission the run needs was not granted (the image grants only those
   // its runs need: a path outside them, or a program not on its list, ends here).
   "NotCapable",

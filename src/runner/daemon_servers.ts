@@ -31,7 +31,14 @@ export interface DaemonParts {
   readonly serveOptions: ServeOptions;
 }
 
-export function daemonParts(parts: ProxyParts, clock: Clock): DaemonParts {
+/** Builds the daemon's health, metrics and health-check ports from what the run was given. */
+export function daemonParts(
+  parts: Pick<
+    ProxyParts,
+    "config" | "log" | "health" | "metrics" | "serviceConnections" | "serviceHealth"
+  >,
+  clock: Clock,
+): DaemonParts {
   const { config, log } = parts;
   const health = parts.health ??
     new ProxyHealth({ healthTimeoutMs: healthTimeoutMs(config.syncPeriodMs), clock });
@@ -88,23 +95,58 @@ function connectionPool(metrics: ProxyMetrics, log: Logger): ConnectionPool {
   return pool;
 }
 
-/** Binds the health and metrics servers; one that cannot be bound is logged and skipped. */
-export function startServers(config: Config, daemon: DaemonParts, log: Logger): HttpServer[] {
+/** How often a health or metrics port that could not be bound is tried again, as upstream. */
+export const BIND_RETRY_MS = 5000;
+
+/** Options of {@link startServers}. */
+export interface StartServersOptions {
+  /** Between two attempts to bind a port in use. Default {@link BIND_RETRY_MS}. */
+  readonly retryMs?: number;
+}
+
+/**
+ * Binds the health and metrics servers. A port that cannot be bound (the outgoing kube-proxy
+ * still holds it during a node-by-node switch) is tried again every 5 s with a log line, as
+ * upstream; with `config.bindAddressHardFail` it throws {@link ServeError} instead (the process
+ * exits with that one line). The servers returned include those still being retried: closing
+ * one stops its retries.
+ */
+export function startServers(
+  config: Config,
+  daemon: DaemonParts,
+  log: Logger,
+  options: StartServersOptions = {},
+): HttpServer[] {
   const { health, metrics, serveOptions } = daemon;
+  const retryMs = options.retryMs ?? BIND_RETRY_MS;
   const servers: HttpServer[] = [];
   const onError = (err: unknown) => log.error(`request failed: ${(err as Error).message}`);
   const bind = (what: string, address: string, start: () => HttpServer | null) => {
-    try {
-      const server = start();
-      if (server === null) log.info(`${what} server disabled (empty bind address)`);
-      else {
-        servers.push(server);
-        log.info(`serving ${what} on ${address}`);
+    /** Binds once: the server, null when disabled, or undefined after a logged failure. */
+    const attempt = (): HttpServer | null | undefined => {
+      try {
+        const server = start();
+        if (server === null) log.info(`${what} server disabled (empty bind address)`);
+        else log.info(`serving ${what} on ${address}`);
+        return server;
+      } catch (err) {
+        if (!(err instanceof ServeError)) throw err;
+        if (config.bindAddressHardFail) {
+          throw new ServeError(`${err.message} (bindAddressHardFail is set)`, {
+            address,
+            cause: err,
+          });
+        }
+        log.error(`${err.message}; trying again every ${retryMs / 1000} s`);
+        return undefined;
       }
-    } catch (err) {
-      if (!(err instanceof ServeError)) throw err;
-      log.error(`${err.message}; running without the ${what} server`);
+    };
+    const first = attempt();
+    if (first !== undefined) {
+      if (first !== null) servers.push(first);
+      return;
     }
+    servers.push(retrying(attempt, address, retryMs));
   };
   bind("health", config.healthzBindAddress, () =>
     serveHealth(
@@ -122,4 +164,33 @@ export function startServers(config: Config, daemon: DaemonParts, log: Logger): 
       }),
   );
   return servers;
+}
+
+/** A server not bound yet: `attempt` runs every `retryMs` until it binds or the server closes. */
+function retrying(
+  attempt: () => HttpServer | null | undefined,
+  address: string,
+  retryMs: number,
+): HttpServer {
+  let bound: HttpServer | null | undefined;
+  let closed = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const again = () => {
+    timer = undefined;
+    if (closed) return;
+    bound = attempt();
+    if (bound === undefined) timer = setTimeout(again, retryMs);
+  };
+  timer = setTimeout(again, retryMs);
+  const port = Number(address.slice(address.lastIndexOf(":") + 1));
+  return {
+    get addr() {
+      return bound?.addr ?? { hostname: address.slice(0, address.lastIndexOf(":")), port };
+    },
+    async close() {
+      closed = true;
+      if (timer !== undefined) clearTimeout(timer);
+      await bound?.close();
+    },
+  };
 }
