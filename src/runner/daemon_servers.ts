@@ -102,6 +102,8 @@ export const BIND_RETRY_MS = 5000;
 export interface StartServersOptions {
   /** Between two attempts to bind a port in use. Default {@link BIND_RETRY_MS}. */
   readonly retryMs?: number;
+  /** The command line `/flagz` shows. Default `Deno.args`. */
+  readonly argv?: readonly string[];
 }
 
 /**
@@ -119,6 +121,12 @@ export function startServers(
 ): HttpServer[] {
   const { health, metrics, serveOptions } = daemon;
   const retryMs = options.retryMs ?? BIND_RETRY_MS;
+  // Deno's performance clock starts with the process.
+  const status = {
+    config,
+    argv: options.argv ?? Deno.args,
+    startedAt: Date.now() - performance.now(),
+  };
   const servers: HttpServer[] = [];
   const onError = (err: unknown) => log.error(`request failed: ${(err as Error).message}`);
   const bind = (what: string, address: string, start: () => HttpServer | null) => {
@@ -158,7 +166,7 @@ export function startServers(
     "metrics",
     config.metricsBindAddress,
     () =>
-      serveMetrics(config.metricsBindAddress, metricsHandler(metrics), {
+      serveMetrics(config.metricsBindAddress, metricsHandler(metrics, status), {
         ...serveOptions,
         onError,
       }),

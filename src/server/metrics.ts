@@ -31,6 +31,7 @@ import { type Clock, realClock } from "../runner/clock.ts";
 import { ConnectionMetrics } from "./connection_metrics.ts";
 import type { HealthPath } from "./health.ts";
 import { registerProcessMetrics } from "./process_metrics.ts";
+import { configzBody, flagzBody, type StatusPagesInput, statuszBody } from "./status_pages.ts";
 import { type HttpServer, serveHttp, type ServeOptions } from "./serve.ts";
 
 /** Upstream's sync latency buckets: 1 ms doubling to about 16 s (`ExponentialBuckets(0.001, 2, 15)`). */
@@ -500,7 +501,10 @@ export class ProxyMetrics {
  * // res.headers.get("content-type") === "text/plain; version=0.0.4; charset=utf-8"
  * ```
  */
-export function metricsHandler(metrics: ProxyMetrics): (req: Request) => Promise<Response> {
+export function metricsHandler(
+  metrics: ProxyMetrics,
+  status?: StatusPagesInput,
+): (req: Request) => Promise<Response> {
   const text = (body: string, status = 200) =>
     new Response(body, {
       status,
@@ -518,10 +522,21 @@ export function metricsHandler(metrics: ProxyMetrics): (req: Request) => Promise
       case "/proxyMode":
         return text(metrics.proxyMode);
       case "/healthz":
+      case "/healthz/ping":
         return text("ok");
-      default:
-        return text("404 page not found\n", 404);
+      case "/configz":
+        if (status === undefined) break;
+        return new Response(configzBody(status.config), {
+          headers: { "content-type": "application/json", "x-content-type-options": "nosniff" },
+        });
+      case "/flagz":
+        if (status === undefined) break;
+        return text(flagzBody(status.argv));
+      case "/statusz":
+        if (status === undefined) break;
+        return text(statuszBody(status, Date.now()));
     }
+    return text("404 page not found\n", 404);
   };
 }
 
