@@ -3,9 +3,10 @@
  * (`I1124 12:04:00.123456    1234 proxy.ts:12] "msg" key="value"`) or in klog's JSON format
  * (`{"ts":…,"caller":…,"msg":…,"v":0,…}`, as `--logging-format=json`), with `-v` verbosity.
  *
- * Text lines go to stderr, as klog writes them; JSON lines go to stdout, as upstream's JSON
- * logger writes them (its `--log-json-split-stream` is off by default). Key/value pairs follow
- * the message; an error is the `err` key. The caller is this process's source file and line.
+ * Lines go to stderr, as klog writes text. Upstream's JSON logger writes to stdout instead; ours
+ * keeps stdout for what a run prints on purpose (`--dry-run`'s script, `explain`), and container
+ * runtimes collect both streams alike. Key/value pairs follow the message; an error is the `err`
+ * key. The caller is this process's source file and line.
  *
  * @example
  * ```ts
@@ -37,7 +38,7 @@ export interface LoggerOptions {
   verbosity?: number;
   /** klog's `text` (default) or `json`. */
   format?: LoggingFormat;
-  /** Where lines go. Default: stderr for text, stdout for JSON. */
+  /** Where lines go. Default: stderr. */
   write?: (line: string) => void;
   /** The time of each line. Default: now. */
   now?: () => Date;
@@ -53,8 +54,7 @@ type Severity = "I" | "W" | "E";
 export function createLogger(options: LoggerOptions = {}): Logger {
   const verbosity = options.verbosity ?? 0;
   const json = options.format === "json";
-  const write = options.write ??
-    (json ? (line: string) => console.log(line) : (line: string) => console.error(line));
+  const write = options.write ?? ((line: string) => console.error(line));
   const now = options.now ?? (() => new Date());
   const pid = options.pid ?? Deno.pid;
   const caller = options.caller ?? callerFromStack;
