@@ -42,7 +42,10 @@ export function configzBody(config: Config): string {
   return JSON.stringify({ "kubeproxy.config.k8s.io": fields });
 }
 
-/** `/flagz`'s body: one `name=value` line per flag given (`true` for a bare boolean flag). */
+/**
+ * `/flagz`'s body: one `name=value` line per flag given (`true` for a bare boolean flag), sorted
+ * by name as upstream's.
+ */
 export function flagzBody(argv: readonly string[]): string {
   const lines: string[] = [];
   for (let i = 0; i < argv.length; i++) {
@@ -55,7 +58,7 @@ export function flagzBody(argv: readonly string[]): string {
       lines.push(`${flag}=${argv[++i]}`);
     } else lines.push(`${flag}=true`);
   }
-  return `kube-proxy flags\n${WARNING}\n\n${lines.join("\n")}\n`;
+  return `kube-proxy flags\n${WARNING}\n\n${lines.sort().join("\n")}\n`;
 }
 
 /** `/statusz`'s body at `now` (ms since the epoch). */
@@ -69,11 +72,18 @@ export function statuszBody(input: StatusPagesInput, now: number): string {
     "kube-proxy statusz",
     WARNING,
     "",
-    `Started: ${new Date(input.startedAt).toUTCString()}`,
+    `Started: ${unixDate(new Date(input.startedAt))}`,
     `Up: ${uptime}`,
     `Go version: deno ${Deno.version.deno} (V8 ${Deno.version.v8})`,
     `Binary version: kube-nftproxy ${VERSION}`,
     `Paths: ${METRICS_SERVER_PATHS.join(" ")}`,
     "",
   ].join("\n");
+}
+
+/** Go's `time.UnixDate` in UTC, as upstream prints the start: `Wed Nov  5 22:21:56 UTC 2026`. */
+export function unixDate(time: Date): string {
+  const [weekday, , month, , clock] = time.toUTCString().replace(",", "").split(" ");
+  const day = String(time.getUTCDate()).padStart(2, " ");
+  return `${weekday} ${month} ${day} ${clock} UTC ${time.getUTCFullYear()}`;
 }

@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { DEFAULT_CONFIG } from "../config/config.ts";
 import { metricsHandler, ProxyMetrics } from "./metrics.ts";
+import { unixDate } from "./status_pages.ts";
 
 const config = { ...DEFAULT_CONFIG, hostname: "node-a", masqueradeAll: true };
 const handler = metricsHandler(new ProxyMetrics(), {
@@ -43,14 +44,14 @@ Deno.test("/flagz lists the flags given as name=value; /statusz the start, uptim
   const lines = flagz.body.split("\n");
   assert.equal(lines[0], "kube-proxy flags");
   assert.match(lines[1], /^Warning: This endpoint is not meant to be machine parseable/);
-  assert.deepEqual(lines.slice(3, 6), [
+  assert.deepEqual(lines.slice(3, 6), [ // sorted by name
     "config=/var/lib/kube-proxy/config.conf",
     "hostname-override=node-a",
     "v=2",
   ]);
   const statusz = (await get("/statusz")).body;
   assert.match(statusz, /^kube-proxy statusz\n/);
-  assert.match(statusz, /\nStarted: \w{3}, \d{2} \w{3} \d{4} [\d:]{8} GMT\n/);
+  assert.match(statusz, /\nStarted: \w{3} \w{3} [ \d]\d [\d:]{8} UTC \d{4}\n/);
   assert.match(statusz, /\nUp: 1 hr 02 min 0[5-9] sec\n/);
   assert.match(statusz, /\nGo version: deno \d/);
   assert.match(statusz, /\nBinary version: kube-nftproxy \d+\.\d+\.\d+\n/);
@@ -63,4 +64,15 @@ Deno.test("/healthz/ping answers ok, as upstream's", async () => {
     type: "text/plain; charset=utf-8",
     body: "ok",
   });
+});
+
+Deno.test("unixDate() prints Go's time.UnixDate in UTC", () => {
+  assert.equal(
+    unixDate(new Date(Date.UTC(2026, 10, 5, 22, 21, 56))),
+    "Thu Nov  5 22:21:56 UTC 2026",
+  );
+  assert.equal(
+    unixDate(new Date(Date.UTC(2024, 9, 16, 21, 3, 43))),
+    "Wed Oct 16 21:03:43 UTC 2024",
+  );
 });
