@@ -35,7 +35,7 @@ export interface DaemonParts {
 export function daemonParts(
   parts: Pick<
     ProxyParts,
-    "config" | "log" | "health" | "metrics" | "serviceConnections" | "serviceHealth"
+    "config" | "log" | "source" | "health" | "metrics" | "serviceConnections" | "serviceHealth"
   >,
   clock: Clock,
 ): DaemonParts {

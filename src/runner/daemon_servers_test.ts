@@ -27,7 +27,9 @@ function setUp(overrides: Partial<Config>) {
   const lines: string[] = [];
   const log = createLogger({ write: (line) => lines.push(line) });
   const config: Config = { ...DEFAULT_CONFIG, healthzBindAddress: "", ...overrides };
-  const daemon = daemonParts({ config, log }, new FakeClock());
+  // A source that records no Events (the file source's kind).
+  const source = { start: () => Promise.resolve(), stop: () => Promise.resolve() };
+  const daemon = daemonParts({ config, log, source }, new FakeClock());
   return { config, daemon, log, lines };
 }
 
