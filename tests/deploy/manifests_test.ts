@@ -448,40 +448,50 @@ Deno.test("the init-only component adds a privileged --init-only init container 
     add: ["NET_ADMIN"],
     drop: ["ALL"],
   });
+});
 
-Deno.test({
-  name:
-    "deploy/overlays/monitoring builds with kubectl kustomize: metrics on 0.0.0.0:10249, a Service and a ServiceMonitor scraping them as job kube-proxy",
-  ignore: !(await Deno.stat("/usr/bin/kubectl").then(() => true, () => false)),
-  async fn() {
-    const out = await new Deno.Command("kubectl", {
-      args: ["kustomize", new URL("../../deploy/overlays/monitoring", import.meta.url).pathname],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    assert.ok(out.success, new TextDecoder().decode(out.stderr));
-    const docs = loadAll(new TextDecoder().decode(out.stdout)) as K8sObject[];
-    const byKind = new Map(docs.map((d) => [d.kind, d as unknown as Record<string, unknown>]));
-    assert.deepEqual([...byKind.keys()].sort(), ["ConfigMap", "Service", "ServiceMonitor"]);
-    const data = byKind.get("ConfigMap")!.data as Record<string, string>;
-    assert.match(data["config.conf"], /^\s*metricsBindAddress: 0\.0\.0\.0:10249$/m);
-    assert.equal(
-      data["config.conf"].replace("0.0.0.0:10249", "127.0.0.1:10249"),
-      (only("configmap.yaml", "ConfigMap") as unknown as { data: Record<string, string> })
-        .data["config.conf"],
-      "the rest as deploy/configmap.yaml",
-    );
-    const service = byKind.get("Service") as {
-      metadata: { labels: Record<string, string> };
-      spec: { selector: Record<string, string>; ports: { name: string; port: number }[] };
+Deno.test("the monitoring component binds the metrics on 0.0.0.0:10249 and adds a Service and a ServiceMonitor scraping them as job kube-proxy", async () => {
+  const base = await kustomize([]);
+  const built = await kustomize(["overlays/monitoring", "overlays/init-only"]);
+  assert.deepEqual(
+    built.map((doc) => doc.kind).sort(),
+    [...base.map((doc) => doc.kind), "Service", "ServiceMonitor"].sort(),
+  );
+  const conf = (docs: K8sObject[]) =>
+    (docs.find((doc) => doc.kind === "ConfigMap") as unknown as { data: Record<string, string> })
+      .data["config.conf"];
+  assert.match(conf(built), /^metricsBindAddress: 0\.0\.0\.0:10249$/m);
+  assert.equal(
+    conf(built).replace("0.0.0.0:10249", "127.0.0.1:10249"),
+    conf(base),
+    "the rest of the configuration as deploy/configmap.yaml's",
+  );
+  const data = (docs: K8sObject[]) =>
+    (docs.find((doc) => doc.kind === "ConfigMap") as unknown as { data: Record<string, string> })
+      .data;
+  assert.equal(data(built)["kubeconfig.conf"], data(base)["kubeconfig.conf"]);
+  const service = built.find((doc) => doc.kind === "Service") as unknown as {
+    metadata: { namespace: string; labels: Record<string, string> };
+    spec: {
+      clusterIP: string;
+      selector: Record<string, string>;
+      ports: { name: string; port: number }[];
     };
-    assert.equal(service.metadata.labels.jobLabel, "kube-proxy");
-    assert.deepEqual(service.spec.selector, { "k8s-app": "kube-nftproxy" });
-    assert.deepEqual(service.spec.ports.map((p) => [p.name, p.port]), [["http-metrics", 10249]]);
-    const monitor = byKind.get("ServiceMonitor") as {
-      spec: { jobLabel: string; endpoints: { port: string }[] };
+  };
+  assert.equal(service.metadata.namespace, "kube-system");
+  assert.equal(service.metadata.labels.jobLabel, "kube-proxy");
+  assert.equal(service.spec.clusterIP, "None");
+  const daemonSet = built.find((doc) => doc.kind === "DaemonSet")!;
+  assert.deepEqual(service.spec.selector, daemonSet.spec?.template?.metadata?.labels);
+  assert.deepEqual(service.spec.ports.map((p) => [p.name, p.port]), [["http-metrics", 10249]]);
+  const monitor = built.find((doc) => doc.kind === "ServiceMonitor") as unknown as {
+    spec: {
+      jobLabel: string;
+      selector: { matchLabels: Record<string, string> };
+      endpoints: { port: string }[];
     };
-    assert.equal(monitor.spec.jobLabel, "jobLabel");
-    assert.equal(monitor.spec.endpoints[0].port, "http-metrics");
-  },
+  };
+  assert.equal(monitor.spec.jobLabel, "jobLabel", "job = the Service's jobLabel: kube-proxy");
+  assert.deepEqual(monitor.spec.selector.matchLabels, service.metadata.labels);
+  assert.equal(monitor.spec.endpoints[0].port, "http-metrics");
 });
