@@ -114,7 +114,8 @@ Deno.test({
         assert.equal(lenient.length, 1, proxy.output());
         assert.match(
           lenient[0],
-          /duplicate field "metricsBindAddress" \(line 12\), unknown field "udpIdleTimeout", unknown field "resourceContainer"/,
+          // klog quotes the message: its double quotes are escaped.
+          /duplicate field \\"metricsBindAddress\\" \(line 12\), unknown field \\"udpIdleTimeout\\", unknown field \\"resourceContainer\\"/,
         );
 
         // The kubelet's update: a new dated directory, then ..data swapped to it.
