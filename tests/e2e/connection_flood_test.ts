@@ -100,7 +100,7 @@ Deno.test({
       await proxy.process.waitForOutput(`opened health check port ${HEALTH_CHECK_PORT}`);
       const log = proxy.output();
       assert.match(log, /open files limit 1024 \(hard 1024\); .* at most 384 connections/);
-      assert.match(log, /W .* open files limit 1024 is low \(under 4096\)/);
+      assert.match(log, /W\d{4} .* "open files limit 1024 is low \(under 4096\)/);
 
       const healthz = `http://127.0.0.1:10256/healthz`;
       const healthCheck = `http://${topo.node.ip4}:${HEALTH_CHECK_PORT}/`;

@@ -331,7 +331,7 @@ test("switch-over from kube-proxy's ipvs mode with its config unchanged: no conn
     );
     assert.match(
       output,
-      /mode ipvs runs kube-nftproxy's nftables back end .*applied: ipvs\.syncPeriod \(30s\), ipvs\.scheduler \(rr → round-robin\); ignored \(no nftables meaning\): ipvs\.strictARP \(true\)\n/,
+      /mode ipvs runs kube-nftproxy's nftables back end .*applied: ipvs\.syncPeriod \(30s\), ipvs\.scheduler \(rr → round-robin\); ignored \(no nftables meaning\): ipvs\.strictARP \(true\)"\n/,
     );
     assert.match(output, /no ip_vs module in this kernel: no IPVS virtual servers to flush/);
     assert.match(
