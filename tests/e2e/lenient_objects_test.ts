@@ -67,7 +67,8 @@ async function check(topo: Topology, proxy: RunningProxy): Promise<void> {
   const log = proxy.output();
   assert.match(
     log,
-    /ignoring part of Service default\/web: spec\.externalIPs\[0\] "203\.0\.113\.300"/,
+    // klog quotes the message: its double quotes are escaped.
+    /ignoring part of Service default\/web: spec\.externalIPs\[0\] \\"203\.0\.113\.300\\"/,
   );
   assert.match(log, /ignoring part of Service default\/lb: spec\.loadBalancerSourceRanges\[1\]/);
   assert.doesNotMatch(log, /cannot use Service/);
