@@ -31,6 +31,7 @@ import { helpText, parseCommandLine, toKubeProxyConfiguration } from "./src/conf
 import { createLogger, type Logger } from "./src/log.ts";
 import { readNodeFacts } from "./src/node/node_facts.ts";
 import { runProxy } from "./src/runner/proxy.ts";
+import { ProxyMetrics } from "./src/server/metrics.ts";
 import { healthTimeoutMs, ProxyHealth } from "./src/server/health.ts";
 import { watchConfigFile } from "./src/source/config_file_watch.ts";
 import { rateLimitedFetch, TokenBucket } from "./src/source/rate_limit.ts";
@@ -66,9 +67,14 @@ async function run(args: readonly string[]): Promise<number> {
     await writeConfig(actions.writeConfigTo, toKubeProxyConfiguration(config));
     return 0;
   }
-  const log = createLogger({ verbosity: config.verbosity });
+  const log = createLogger({ verbosity: config.verbosity, format: config.loggingFormat });
   warnings.forEach((line) => log.warn(line));
-  const context = { log, nftPath };
+  const metrics = new ProxyMetrics({ mode: config.mode });
+  const context = {
+    log,
+    nftPath,
+    cleanupFailed: (what: string, err: unknown) => metrics.cleanupFailed(what, err),
+  };
   if (actions.cleanup || actions.cleanupIptables) {
     await cleanUp(config, context, actions);
     return 0;
@@ -130,6 +136,7 @@ async function run(args: readonly string[]): Promise<number> {
   const code = await runProxy({
     config,
     log,
+    metrics,
     // Deno's performance clock starts with the process.
     startedAt: Date.now() - performance.now(),
     source: await createSource(config, log, { once }),
