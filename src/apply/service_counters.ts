@@ -31,8 +31,8 @@ export interface ElementCount {
   /** `service-ips` or `service-nodeports`. */
   readonly map: string;
   /**
-   * The element's key as nft writes it (`10.96.0.10 . tcp . 80`, `tcp . 30080`), protocols by
-   * name whether or not nft printed numbers: tells entry points apart.
+   * Tells entry points apart: the key as nft writes it (`10.96.0.10 . tcp . 80`, protocols by
+   * name whether or not nft printed numbers), or its bytes where read over netlink.
    */
   readonly key: string;
   /** The element's comment: `namespace/name:port`. */
@@ -174,7 +174,8 @@ export class ServiceCounters {
       const before = this.#last.get(id) ?? 0;
       const delta = e.packets >= before ? e.packets - before : e.packets;
       seen.set(id, e.packets);
-      this.#totals.set(e.comment, (this.#totals.get(e.comment) ?? 0) + delta);
+      const total = this.#totals.get(e.comment);
+      if (total === undefined || delta > 0) this.#totals.set(e.comment, (total ?? 0) + delta);
     }
     this.#last = seen;
     if (this.#sorted.length !== this.#totals.size) {
@@ -196,20 +197,29 @@ export class ServiceCounters {
  * ({@link dumpSetElements}): no `nft` child and no whole-table cache, ~4× less CPU per read
  * than {@link nftServiceCounterReader} at 10k services. Falls back to that reader for good
  * where netlink cannot be used from here (no FFI permission, no libc). The key is the
- * element's bytes in hex.
+ * element's bytes, one character each: it only tells entry points apart.
  */
 export function netlinkServiceCounterReader(
   table: string,
   options: NftRunnerOptions & { families?: readonly string[] } = {},
 ): ElementCountReader {
   const families = options.families ?? ["ip", "ip6"];
+  /** Whether each comment seen names a service port: the same few thousand at every scrape. */
+  const portComment = new Map<string, boolean>();
   return netlinkOr(async () => {
     const out: ElementCount[] = [];
     for (const family of families) {
       for (const map of COUNTED_MAPS) {
         for (const e of await dumpSetElements(family, table, map)) {
-          if (e.packets === undefined || !parsePortComment(e.comment)) continue;
-          out.push({ family, map, key: hex(e.key), comment: e.comment, packets: e.packets });
+          if (e.packets === undefined) continue;
+          let named = portComment.get(e.comment);
+          if (named === undefined) {
+            named = parsePortComment(e.comment) !== undefined;
+            portComment.set(e.comment, named);
+          }
+          if (named) {
+            out.push({ family, map, key: latin1(e.key), comment: e.comment, packets: e.packets });
+          }
         }
       }
     }
@@ -217,10 +227,7 @@ export function netlinkServiceCounterReader(
   }, nftServiceCounterReader(table, options));
 }
 
-const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
-
-function hex(bytes: Uint8Array): string {
-  let text = "";
-  for (const b of bytes) text += HEX[b];
-  return text;
+/** An element's key bytes as a string of one character per byte: an identity, not for reading. */
+function latin1(bytes: Uint8Array): string {
+  return String.fromCharCode.apply(null, bytes as unknown as number[]);
 }

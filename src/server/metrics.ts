@@ -33,6 +33,10 @@ import type { HealthPath } from "./health.ts";
 import { registerProcessMetrics } from "./process_metrics.ts";
 import { configzBody, flagzBody, type StatusPagesInput, statuszBody } from "./status_pages.ts";
 import { type HttpServer, serveHttp, type ServeOptions } from "./serve.ts";
+import {
+  type ServiceConnectionsSource,
+  ServiceConnectionsText,
+} from "./service_connections_text.ts";
 
 /** Upstream's sync latency buckets: 1 ms doubling to about 16 s (`ExponentialBuckets(0.001, 2, 15)`). */
 export const SYNC_DURATION_BUCKETS: readonly number[] = exponentialBuckets(0.001, 2, 15);
@@ -108,18 +112,10 @@ export interface ProxyMetricsOptions {
   clock?: Clock;
 }
 
-/** One service port's new connections, for {@link ProxyMetrics.serviceConnectionsFrom}. */
-export interface ServiceConnectionsTotal {
-  readonly namespace: string;
-  readonly service: string;
-  /** The port's name, as in the Service. */
-  readonly port: string;
-  /** Connections since the proxy started; never decreases. */
-  readonly connections: number;
-}
-
-/** Reads every service port's connection total (called at each scrape). */
-export type ServiceConnectionsSource = () => Promise<readonly ServiceConnectionsTotal[]>;
+export type {
+  ServiceConnectionsSource,
+  ServiceConnectionsTotal,
+} from "./service_connections_text.ts";
 
 /** What one successful sync did, for {@link ProxyMetrics.syncDone}. */
 export interface SyncDone {
@@ -174,11 +170,11 @@ export class ProxyMetrics {
   readonly #conntrackDeleted: Counter<"ip_family">;
   readonly #rulesRestored: Counter;
   readonly #scriptBytes: Histogram;
-  readonly #serviceConnections: Counter<"namespace" | "service" | "port">;
+  /** `kubenftproxy_service_connections_total`, written apart from the registry. */
+  readonly #serviceConnections = new ServiceConnectionsText();
   readonly #restRequests: Counter<"code" | "host" | "method">;
   readonly #restDuration: Histogram<"host" | "verb">;
   readonly #apiProblems: Counter<"kind" | "reason">;
-  #serviceConnectionsSource: ServiceConnectionsSource | undefined;
 
   /** Creates and registers every metric of `options.mode` on a new registry. */
   constructor(options: ProxyMetricsOptions = {}) {
@@ -304,13 +300,6 @@ export class ProxyMetrics {
       "Size in bytes of each script sent to the kernel",
       SCRIPT_BYTES_BUCKETS,
     );
-    this.#serviceConnections = new Counter({
-      name: "kubenftproxy_service_connections_total",
-      help: "New connections dispatched to each service port, over all its entry points",
-      labelNames: ["namespace", "service", "port"] as const,
-      registers,
-      collect: () => this.#collectServiceConnections(),
-    });
     this.#restRequests = new Counter({
       name: "rest_client_requests_total",
       help: "Number of HTTP requests, partitioned by status code, method, and host.",
@@ -358,7 +347,7 @@ export class ProxyMetrics {
    * `ServiceCounters.read`); totals must be monotonic. A failing source leaves the last values.
    */
   serviceConnectionsFrom(source: ServiceConnectionsSource): void {
-    this.#serviceConnectionsSource = source;
+    this.#serviceConnections.from(source);
   }
 
   /**
@@ -460,29 +449,17 @@ export class ProxyMetrics {
   }
 
   /** The Prometheus text exposition of every metric. */
-  text(): Promise<string> {
-    return this.registry.metrics();
+  async text(): Promise<string> {
+    const [registered, connections] = await Promise.all([
+      this.registry.metrics(),
+      this.#serviceConnections.render(),
+    ]);
+    return connections === "" ? registered : `${registered}\n${connections}`;
   }
 
   /** The content type of {@link text}. */
   get contentType(): string {
     return this.registry.contentType;
-  }
-
-  async #collectServiceConnections(): Promise<void> {
-    const counter = this.#serviceConnections;
-    const source = this.#serviceConnectionsSource;
-    if (source === undefined) return;
-    let totals: readonly ServiceConnectionsTotal[];
-    try {
-      totals = await source();
-    } catch {
-      return;
-    }
-    counter.reset();
-    for (const t of totals) {
-      counter.inc({ namespace: t.namespace, service: t.service, port: t.port }, t.connections);
-    }
   }
 
   #observeLatency(full: boolean, seconds: number): void {
