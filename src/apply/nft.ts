@@ -139,27 +139,39 @@ export async function deleteTables(
 }
 
 /**
- * The families among `families` (default both) that hold a table named `table`, from
- * `nft list tables` (names only: no set element is read, so it stays cheap on a big ruleset).
+ * The families among `families` (default both) that hold a table named `table`, each asked
+ * with {@link tableExists}.
  */
 export async function tableFamilies(
   table: string,
   options: NftRunnerOptions & { families?: readonly string[] } = {},
 ): Promise<string[]> {
-  const result = await runNft(["list", "tables"], options);
-  if (result.code !== 0) {
-    throw new NftApplyError(`cannot list the nft tables: ${result.stderr.trim()}`, {
-      line: 0,
-      scriptLine: "",
-      stderr: result.stderr,
-    });
+  const present: string[] = [];
+  for (const family of options.families ?? ["ip", "ip6"]) {
+    if (await tableExists(family, table, options)) present.push(family);
   }
-  const present = new Set(
-    result.stdout.split("\n").map((line) => line.trim().split(/\s+/))
-      .filter((words) => words.length === 3 && words[0] === "table" && words[2] === table)
-      .map((words) => words[1]),
-  );
-  return (options.families ?? ["ip", "ip6"]).filter((family) => present.has(family));
+  return present;
+}
+
+/**
+ * Whether table `family table` exists, asked with a check-only `delete table` (nothing is
+ * committed). Not `nft list tables`: nft 1.0.6 reads the whole ruleset's cache for it, set
+ * elements included (1.6 s and 228 MB beside a 10k×10 table), where this reads only tables
+ * (~10 ms).
+ */
+export async function tableExists(
+  family: string,
+  table: string,
+  options: NftRunnerOptions = {},
+): Promise<boolean> {
+  const result = await runNft(["-c", "delete", "table", family, table], options);
+  if (result.code === 0) return true;
+  if (/No such file or directory/.test(result.stderr)) return false;
+  throw new NftApplyError(`cannot look for table ${family} ${table}: ${result.stderr.trim()}`, {
+    line: 0,
+    scriptLine: "",
+    stderr: result.stderr,
+  });
 }
 
 function abbreviate(text: string): string {

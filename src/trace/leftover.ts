@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { applyNft, type NftRunnerOptions, runNft } from "../apply/nft.ts";
+import { applyNft, type NftRunnerOptions, runNft, tableExists } from "../apply/nft.ts";
 import { ownerAlive, ownerOf, traceTableName } from "./table.ts";
 
 /** What {@link removeLeftoverTrace} found. */
@@ -15,17 +15,15 @@ export type LeftoverOutcome = "none" | "live" | "removed";
 
 /**
  * Deletes `inet <table>-trace` when its owner is gone; "live" when a running `trace` owns it.
- * Cheap when there is none: one `nft list tables` (names only).
+ * Cheap when there is none: one check-only probe ({@link tableExists}), whatever the size of
+ * the other tables.
  */
 export async function removeLeftoverTrace(
   table: string,
   options: NftRunnerOptions = {},
 ): Promise<LeftoverOutcome> {
   const name = traceTableName(table);
-  const tables = await runNft(["list", "tables"], options);
-  if (!tables.stdout.split("\n").some((line) => line.trim() === `table inet ${name}`)) {
-    return "none";
-  }
+  if (!(await tableExists("inet", name, options))) return "none";
   const listing = await runNft(["-a", "list", "table", "inet", name], options);
   if (listing.code !== 0) return "none";
   if (await ownerAlive(ownerOf(listing.stdout))) return "live";
