@@ -423,8 +423,9 @@ export class ProxyMetrics {
 
   /**
    * Removing stale chains, sets, maps or tables failed (nft mode only; ignored in iptables
-   * mode): upstream's `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total`. Fits the
-   * back end's `cleanupFailed(what, err)` hook; the hook's caller logs the failure.
+   * mode): upstream's `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total`, once per
+   * family (what failed is not one family's). Fits the back end's `cleanupFailed(what, err)`
+   * hook; the hook's caller logs the failure.
    */
   cleanupFailed(_what?: string, _err?: unknown): void {
     for (const ip_family of this.families) this.#cleanupFailures?.inc({ ip_family });
