@@ -69,11 +69,13 @@ async function run(args: readonly string[]): Promise<number> {
   }
   const log = createLogger({ verbosity: config.verbosity, format: config.loggingFormat });
   warnings.forEach((line) => log.warn(line));
-  const metrics = new ProxyMetrics({ mode: config.mode });
+  // The metrics are made once the node's families (their `ip_family` labels) are known;
+  // clean-up failures before that (`--cleanup`, which serves no metrics) are only logged.
+  const made: { metrics?: ProxyMetrics } = {};
   const context = {
     log,
     nftPath,
-    cleanupFailed: (what: string, err: unknown) => metrics.cleanupFailed(what, err),
+    cleanupFailed: (what: string, err: unknown) => made.metrics?.cleanupFailed(what, err),
   };
   if (actions.cleanup || actions.cleanupIptables) {
     await cleanUp(config, context, actions);
@@ -104,6 +106,7 @@ async function run(args: readonly string[]): Promise<number> {
     log.error(err.message);
     return 1;
   }
+  const metrics = made.metrics = new ProxyMetrics({ mode: config.mode, families: node.families });
   if (!actions.dryRun) {
     const oom = await applyOomScoreAdj(config.oomScoreAdj);
     if (oom.changed !== undefined) log.info(`set ${oom.changed}`);

@@ -20,6 +20,7 @@ import type { Config } from "../config/config.ts";
 import type { ReconcileResult } from "../apply/conntrack.ts";
 import { type ConntrackService, conntrackServices } from "../apply/conntrack_plan.ts";
 import type { Logger } from "../log.ts";
+import type { IPFamily } from "../model/service_port.ts";
 import type { Planner } from "../render/planner.ts";
 import { ProxyHealth } from "../server/health.ts";
 import {
@@ -340,7 +341,11 @@ function syncObserver(
       outcome = await loop.sync();
       context.synced(outcome);
     } catch (err) {
-      metrics.syncFailed({ full: loop.lastAttemptFull, seconds: (clock.now() - started) / 1000 });
+      metrics.syncFailed({
+        full: loop.lastAttemptFull,
+        seconds: (clock.now() - started) / 1000,
+        family: refusedFamily(err),
+      });
       throw err;
     } finally {
       metrics.pending(state.pending);
@@ -381,6 +386,16 @@ function syncObserver(
       await reconcileConntrack(state, { run: parts.conntrackReconcile, metrics, log });
     }
   };
+}
+
+/**
+ * The one family an apply error says was refused (`IptablesApplyError.family`: iptables mode
+ * restores each family on its own), or undefined when the error names none (an nft transaction
+ * holds every family). Read by shape, so that nft mode never loads the iptables modules.
+ */
+function refusedFamily(err: unknown): IPFamily | undefined {
+  const family = (err as { family?: unknown } | null | undefined)?.family;
+  return family === "IPv4" || family === "IPv6" ? family : undefined;
 }
 
 /** Runs the conntrack reconciler after a sync; a failure is logged and never fails the sync. */

@@ -14,7 +14,8 @@ import { createLogger } from "../log.ts";
 import { NftPlanner } from "../render/nft/planner.ts";
 import { healthHandler, healthTimeoutMs, ProxyHealth } from "../server/health.ts";
 import { ServiceHealthServer } from "../server/health_check_ports.ts";
-import { ProxyMetrics } from "../server/metrics.ts";
+import { ProxyMetrics, type ProxyMetricsOptions } from "../server/metrics.ts";
+import { IptablesApplyError } from "../apply/iptables.ts";
 import type { HttpServer } from "../server/serve.ts";
 import type { ObjectEvent, RawObject, Source, SourceHandler } from "../source/events.ts";
 import { endpointSlice, node, service } from "../../tests/fixtures/objects.ts";
@@ -73,6 +74,10 @@ class FakeSockets {
 async function startDaemon(
   options: {
     conntrack?: (s: readonly ConntrackService[]) => Promise<readonly ReconcileResult[]>;
+    /** What the metrics record: the mode's counters and the families' series. */
+    metrics?: ProxyMetricsOptions;
+    /** The error of a refused apply. Default: nft refusing the transaction. */
+    refusal?: () => Error;
   } = {},
 ) {
   const clock = new FakeClock({ now: 1_700_000_000_000 });
@@ -81,7 +86,7 @@ async function startDaemon(
   const kernel = { failing: false };
   const logs: string[] = [];
   const health = new ProxyHealth({ healthTimeoutMs: healthTimeoutMs(CONFIG.syncPeriodMs), clock });
-  const metrics = new ProxyMetrics({ clock });
+  const metrics = new ProxyMetrics({ clock, ...options.metrics });
   const sockets = new FakeSockets();
   const controller = new AbortController();
   const done = runProxy({
@@ -91,11 +96,12 @@ async function startDaemon(
     apply: (script) => {
       if (kernel.failing) {
         return Promise.reject(
-          new NftApplyError("nft refused the transaction (Error: injected)", {
-            line: 1,
-            scriptLine: "",
-            stderr: "Error: injected",
-          }),
+          options.refusal?.() ??
+            new NftApplyError("nft refused the transaction (Error: injected)", {
+              line: 1,
+              scriptLine: "",
+              stderr: "Error: injected",
+            }),
         );
       }
       scripts.push(script);
@@ -135,6 +141,9 @@ async function startDaemon(
   };
 }
 
+/** `name{ip_family="IPv4"}`: the series of a single-stack IPv4 daemon (the default). */
+const v4 = (name: string) => `${name}{ip_family="IPv4"}`;
+
 const web = () => service({ name: "web", clusterIPs: ["10.96.0.10"] });
 const webSlice = (endpoints: (string | { ip: string; nodeName: string })[]) =>
   endpointSlice({ name: "web-1", service: "web", endpoints });
@@ -152,7 +161,7 @@ Deno.test("runProxy() answers /healthz 503 while syncs fail for 2 × syncPeriod,
   d.source.add("EndpointSlice", webSlice(["10.244.1.11"]));
   await d.clock.advanceAsync(healthTimeoutMs(CONFIG.syncPeriodMs) - 1);
   assert.equal(await d.healthz(), 200, "not yet: the change has waited less than the timeout");
-  assert.ok((await d.metric("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"))! >= 2);
+  assert.ok((await d.metric(v4("kubeproxy_sync_proxy_rules_nftables_sync_failures_total")))! >= 2);
   await d.clock.advanceAsync(1);
   assert.equal(await d.healthz(), 503);
   assert.equal(await d.healthz("/livez"), 503);
@@ -232,10 +241,10 @@ Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejecti
   assert.equal(await d.metric("kubeproxy_sync_proxy_rules_service_changes_total"), 2);
   assert.equal(await d.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 1);
   assert.equal(await d.metric("kubeproxy_sync_proxy_rules_service_changes_pending"), 0);
-  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_duration_seconds_count"), 1);
-  assert.equal(await d.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(await d.metric(v4("kubeproxy_sync_proxy_rules_duration_seconds_count")), 1);
+  assert.equal(await d.metric(v4("kubeproxy_sync_full_proxy_rules_duration_seconds_count")), 1);
   assert.equal(
-    await d.metric("kubeproxy_sync_proxy_rules_last_timestamp_seconds"),
+    await d.metric(v4("kubeproxy_sync_proxy_rules_last_timestamp_seconds")),
     d.clock.now() / 1000,
   );
   assert.equal(
@@ -244,7 +253,7 @@ Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejecti
   );
   assert.equal(
     await d.metric(
-      'kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}',
+      'kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"}',
     ),
     1,
   );
@@ -256,8 +265,72 @@ Deno.test("runProxy() leaves upstream's metrics with the syncs, changes, rejecti
     current: webSlice(["10.244.1.12"]),
   });
   await d.clock.advanceAsync(1000);
-  assert.equal(await d.metric("kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(await d.metric(v4("kubeproxy_sync_partial_proxy_rules_duration_seconds_count")), 1);
   assert.equal(await d.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 2);
+  await d.stop();
+});
+
+Deno.test("runProxy() records a dual-stack daemon's sync once per family, a single-stack one's only for its family", async () => {
+  const dual = await startDaemon({ metrics: { families: ["IPv4", "IPv6"] } });
+  const single = await startDaemon({ metrics: { families: ["IPv4"] } });
+  for (const d of [dual, single]) {
+    // Local traffic policy, a local IPv4 endpoint and an IPv6 one elsewhere.
+    d.source.add(
+      "Service",
+      service({
+        name: "web",
+        clusterIPs: ["10.96.0.10", "fd00:96::10"],
+        spec: { internalTrafficPolicy: "Local", ipFamilies: ["IPv4", "IPv6"] },
+      }),
+    );
+    d.source.add("EndpointSlice", webSlice([{ ip: "10.244.1.11", nodeName: "node-a" }]));
+    d.source.add(
+      "EndpointSlice",
+      endpointSlice({
+        name: "web-2",
+        service: "web",
+        addressType: "IPv6",
+        endpoints: [{ ip: "fd00:244:2::11", nodeName: "node-b" }],
+      }),
+    );
+    d.source.handler!.onSynced();
+    await d.clock.advanceAsync(0);
+  }
+  const count = "kubeproxy_sync_proxy_rules_duration_seconds_count";
+  const noLocal = (family: string) =>
+    `kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="${family}",traffic_policy="internal"}`;
+  assert.equal(await dual.metric(`${count}{ip_family="IPv4"}`), 1);
+  assert.equal(await dual.metric(`${count}{ip_family="IPv6"}`), 1);
+  assert.equal(await dual.metric(noLocal("IPv4")), 0);
+  assert.equal(await dual.metric(noLocal("IPv6")), 1, "no IPv6 endpoint on this node");
+  assert.equal(await single.metric(`${count}{ip_family="IPv4"}`), 1);
+  assert.equal(await single.metric(`${count}{ip_family="IPv6"}`), undefined);
+  assert.equal(await single.metric(noLocal("IPv4")), 0);
+  assert.equal(await single.metric(noLocal("IPv6")), undefined);
+  // Changes have no family, as upstream's.
+  assert.equal(await dual.metric("kubeproxy_sync_proxy_rules_service_changes_total"), 1);
+  await dual.stop();
+  await single.stop();
+});
+
+Deno.test("runProxy() counts an iptables-restore failure in the family it names", async () => {
+  const d = await startDaemon({
+    metrics: { mode: "iptables", families: ["IPv4", "IPv6"] },
+    refusal: () =>
+      new IptablesApplyError("ip6tables-nft-restore refused the IPv6 rules", {
+        family: "IPv6",
+        line: 3,
+        scriptLine: "-A KUBE-SERVICES -j BROKEN",
+        stderr: "Error occurred at line: 3",
+      }),
+  });
+  d.kernel.failing = true;
+  d.source.add("Service", web());
+  d.source.handler!.onSynced();
+  await d.clock.advanceAsync(0);
+  const failures = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
+  assert.equal(await d.metric(`${failures}{ip_family="IPv6"}`), 1);
+  assert.equal(await d.metric(`${failures}{ip_family="IPv4"}`), 0);
   await d.stop();
 });
 
@@ -341,7 +414,7 @@ Deno.test("runProxy() runs the conntrack reconciler after every sync and counts 
   await d.clock.advanceAsync(1000);
   assert.deepEqual(runs[1][0].endpoints, ["10.244.1.12"]);
   assert.equal(await d.metric(deleted), 2);
-  assert.equal(await d.metric("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), 0);
+  assert.equal(await d.metric(v4("kubeproxy_sync_proxy_rules_nftables_sync_failures_total")), 0);
   assert.equal(await d.healthz(), 200);
   assert.ok(d.logs.some((l) => l.startsWith("E") && l.includes("conntrack is missing")));
   await d.stop();

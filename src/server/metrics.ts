@@ -7,6 +7,15 @@
  * and cleanup failures in nft mode, iptables-restore (and partial-restore) failures in iptables
  * mode. Timestamps come from the injected clock.
  *
+ * The metrics upstream labels with `ip_family` carry it here too: sync latencies and timestamps,
+ * network programming latency, failure counters, no-local-endpoints and the conntrack
+ * reconciler's. Upstream runs one proxier per family (two on a dual-stack node), each recording
+ * its own observations; ours programs every family in one sync, so each observation is recorded
+ * once per programmed family ({@link ProxyMetricsOptions.families}) with the same value — except
+ * where the family is known: an iptables-restore failure names its family, no-local-endpoints
+ * and the reconciler count per family. Each family's series exist (at 0) from the start; Service
+ * and EndpointSlice change counts and the health answers have no family, as upstream's.
+ *
  * @example
  * ```ts
  * const metrics = new ProxyMetrics({ mode: "nft" });
@@ -25,6 +34,7 @@ import {
   Registry,
 } from "prom-client";
 import type { ProxyMode } from "../config/config.ts";
+import type { IPFamily } from "../model/service_port.ts";
 import type { ObjectKind } from "../source/events.ts";
 import type { ApiProblem, ApiRequestObservation } from "../source/api_http.ts";
 import { type Clock, realClock } from "../runner/clock.ts";
@@ -110,6 +120,12 @@ export interface ProxyMetricsOptions {
   mode?: ProxyMode;
   /** Source of the `*_timestamp_seconds` gauges. Default {@link realClock}. */
   clock?: Clock;
+  /**
+   * The families the proxy programs (`NodeFacts.families`): the `ip_family` values of the
+   * metrics that carry it. Default `["IPv4"]`, a single-stack IPv4 node (the proxy does not
+   * start without IPv4).
+   */
+  families?: readonly IPFamily[];
 }
 
 export type {
@@ -133,6 +149,12 @@ export interface SyncFailed {
   full?: boolean;
   /** How long it took, in seconds; upstream observes failed syncs' latency too. */
   seconds?: number;
+  /**
+   * The one family whose rules were refused (an iptables-restore failure names it), counted
+   * only in that family's failure series; omitted: every programmed family's (an nft
+   * transaction holds them all).
+   */
+  family?: IPFamily;
 }
 
 /**
@@ -146,22 +168,24 @@ export class ProxyMetrics {
   readonly proxyMode: string;
   /** The health, metrics and health-check servers' connections, and the descriptors. */
   readonly connections: ConnectionMetrics;
+  /** The `ip_family` values: the families the proxy programs. */
+  readonly families: readonly IPFamily[];
   readonly #mode: ProxyMode;
   readonly #clock: Clock;
-  readonly #syncDuration: Histogram;
-  readonly #syncFullDuration: Histogram;
-  readonly #syncPartialDuration: Histogram;
-  readonly #lastSync: Gauge;
-  readonly #lastQueued: Gauge;
-  readonly #programming: Histogram;
+  readonly #syncDuration: Histogram<"ip_family">;
+  readonly #syncFullDuration: Histogram<"ip_family">;
+  readonly #syncPartialDuration: Histogram<"ip_family">;
+  readonly #lastSync: Gauge<"ip_family">;
+  readonly #lastQueued: Gauge<"ip_family">;
+  readonly #programming: Histogram<"ip_family">;
   readonly #endpointPending: Gauge;
   readonly #endpointTotal: Counter;
   readonly #servicePending: Gauge;
   readonly #serviceTotal: Counter;
-  readonly #noLocal: Gauge<"traffic_policy">;
-  readonly #syncFailures: Counter;
-  readonly #partialFailures: Counter | undefined;
-  readonly #cleanupFailures: Counter | undefined;
+  readonly #noLocal: Gauge<"ip_family" | "traffic_policy">;
+  readonly #syncFailures: Counter<"ip_family">;
+  readonly #partialFailures: Counter<"ip_family"> | undefined;
+  readonly #cleanupFailures: Counter<"ip_family"> | undefined;
   readonly #healthz: Counter<"code">;
   readonly #livez: Counter<"code">;
   readonly #rejected: Counter<"kind" | "reason">;
@@ -182,37 +206,57 @@ export class ProxyMetrics {
     this.#mode = options.mode ?? "nft";
     this.proxyMode = this.#mode === "nft" ? "nftables" : "iptables";
     this.#clock = options.clock ?? realClock;
+    this.families = Object.freeze([...(options.families ?? ["IPv4"])]);
     this.connections = new ConnectionMetrics(registry);
     const registers = [registry];
     const histogram = (name: string, help: string, buckets: readonly number[]) =>
       new Histogram({ name, help, buckets: [...buckets], registers });
     const gauge = (name: string, help: string) => new Gauge({ name, help, registers });
     const counter = (name: string, help: string) => new Counter({ name, help, registers });
+    // Upstream's `ip_family` metrics, each family's series present (at 0) from the start.
+    const labelNames = ["ip_family"] as const;
+    const perFamily = (init: (labels: { ip_family: IPFamily }) => void) =>
+      this.families.forEach((family) => init({ ip_family: family }));
+    const familyHistogram = (name: string, help: string, buckets: readonly number[]) => {
+      const metric = new Histogram({ name, help, labelNames, buckets: [...buckets], registers });
+      perFamily((labels) => metric.zero(labels));
+      return metric;
+    };
+    const familyGauge = (name: string, help: string) => {
+      const metric = new Gauge({ name, help, labelNames, registers });
+      perFamily((labels) => metric.set(labels, 0));
+      return metric;
+    };
+    const familyCounter = (name: string, help: string) => {
+      const metric = new Counter({ name, help, labelNames, registers });
+      perFamily((labels) => metric.inc(labels, 0));
+      return metric;
+    };
 
-    this.#syncDuration = histogram(
+    this.#syncDuration = familyHistogram(
       "kubeproxy_sync_proxy_rules_duration_seconds",
       "SyncProxyRules latency in seconds",
       SYNC_DURATION_BUCKETS,
     );
-    this.#syncFullDuration = histogram(
+    this.#syncFullDuration = familyHistogram(
       "kubeproxy_sync_full_proxy_rules_duration_seconds",
       "SyncProxyRules latency in seconds for full resyncs",
       SYNC_DURATION_BUCKETS,
     );
-    this.#syncPartialDuration = histogram(
+    this.#syncPartialDuration = familyHistogram(
       "kubeproxy_sync_partial_proxy_rules_duration_seconds",
       "SyncProxyRules latency in seconds for partial resyncs",
       SYNC_DURATION_BUCKETS,
     );
-    this.#lastSync = gauge(
+    this.#lastSync = familyGauge(
       "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
       "The last time proxy rules were successfully synced",
     );
-    this.#lastQueued = gauge(
+    this.#lastQueued = familyGauge(
       "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
       "The last time a sync of proxy rules was queued",
     );
-    this.#programming = histogram(
+    this.#programming = familyHistogram(
       "kubeproxy_network_programming_duration_seconds",
       "In Cluster Network Programming Latency in seconds",
       NETWORK_PROGRAMMING_BUCKETS,
@@ -236,26 +280,27 @@ export class ProxyMetrics {
     this.#noLocal = new Gauge({
       name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
       help: "Number of services with a Local traffic policy and no endpoints",
-      labelNames: ["traffic_policy"] as const,
+      labelNames: ["ip_family", "traffic_policy"] as const,
       registers,
     });
-    this.#noLocal.set({ traffic_policy: "internal" }, 0);
-    this.#noLocal.set({ traffic_policy: "external" }, 0);
+    for (const traffic_policy of ["internal", "external"]) {
+      perFamily(({ ip_family }) => this.#noLocal.set({ ip_family, traffic_policy }, 0));
+    }
     if (this.#mode === "nft") {
-      this.#syncFailures = counter(
+      this.#syncFailures = familyCounter(
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
         "Cumulative proxy nftables sync failures",
       );
-      this.#cleanupFailures = counter(
+      this.#cleanupFailures = familyCounter(
         "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
         "Cumulative proxy nftables cleanup failures",
       );
     } else {
-      this.#syncFailures = counter(
+      this.#syncFailures = familyCounter(
         "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
         "Cumulative proxy iptables restore failures",
       );
-      this.#partialFailures = counter(
+      this.#partialFailures = familyCounter(
         "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
         "Cumulative proxy iptables partial restore failures",
       );
@@ -351,44 +396,51 @@ export class ProxyMetrics {
   }
 
   /**
-   * A sync succeeded: observes its latency (all syncs, and full or partial), the script size
-   * when something was sent, and sets the last-sync timestamp.
+   * A sync succeeded: observes its latency (all syncs, and full or partial) and sets the
+   * last-sync timestamp, once per family; observes the script size when something was sent.
    */
   syncDone(sync: SyncDone): void {
     this.#observeLatency(sync.full, sync.seconds);
     if (sync.bytes > 0) this.#scriptBytes.observe(sync.bytes);
-    this.#lastSync.set(this.#clock.now() / 1000);
+    const now = this.#clock.now() / 1000;
+    for (const ip_family of this.families) this.#lastSync.set({ ip_family }, now);
   }
 
   /**
    * A sync failed (the kernel refused the transaction): counts it as upstream does (nftables
    * sync failures; iptables-restore failures, plus partial-restore failures for partial syncs)
-   * and observes its latency when given.
+   * for `failure.family`, else every family, and observes its latency (every family's) when
+   * given.
    */
   syncFailed(failure: SyncFailed = {}): void {
     const full = failure.full ?? true;
-    this.#syncFailures.inc();
-    if (!full) this.#partialFailures?.inc();
+    for (const ip_family of failure.family ? [failure.family] : this.families) {
+      this.#syncFailures.inc({ ip_family });
+      if (!full) this.#partialFailures?.inc({ ip_family });
+    }
     if (failure.seconds !== undefined) this.#observeLatency(full, failure.seconds);
   }
 
   /**
    * Removing stale chains, sets, maps or tables failed (nft mode only; ignored in iptables
-   * mode): upstream's `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total`. Fits the
-   * back end's `cleanupFailed(what, err)` hook; the hook's caller logs the failure.
+   * mode): upstream's `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total`, once per
+   * family (what failed is not one family's). Fits the back end's `cleanupFailed(what, err)`
+   * hook; the hook's caller logs the failure.
    */
   cleanupFailed(_what?: string, _err?: unknown): void {
-    this.#cleanupFailures?.inc();
+    for (const ip_family of this.families) this.#cleanupFailures?.inc({ ip_family });
   }
 
   /**
    * A change of `kind` arrived and a sync was requested: counts Service and EndpointSlice
-   * changes (upstream's `*_changes_total`) and sets the last-queued timestamp.
+   * changes (upstream's `*_changes_total`, without a family) and sets every family's
+   * last-queued timestamp.
    */
   queued(kind: ObjectKind): void {
     if (kind === "Service") this.#serviceTotal.inc();
     else if (kind === "EndpointSlice") this.#endpointTotal.inc();
-    this.#lastQueued.set(this.#clock.now() / 1000);
+    const now = this.#clock.now() / 1000;
+    for (const ip_family of this.families) this.#lastQueued.set({ ip_family }, now);
   }
 
   /**
@@ -413,12 +465,17 @@ export class ProxyMetrics {
   }
 
   /**
-   * Service ports with a Local traffic policy and no local endpoints, by policy
-   * (`internalTrafficPolicy` / `externalTrafficPolicy`), after each sync.
+   * Service ports with a Local traffic policy and no local endpoints, by family and policy
+   * (`internalTrafficPolicy` / `externalTrafficPolicy`), after each sync (see
+   * `countNoLocalEndpoints`); only the programmed families' counts are kept.
    */
-  noLocalEndpoints(counts: { internal: number; external: number }): void {
-    this.#noLocal.set({ traffic_policy: "internal" }, counts.internal);
-    this.#noLocal.set({ traffic_policy: "external" }, counts.external);
+  noLocalEndpoints(
+    counts: Readonly<Record<IPFamily, { internal: number; external: number }>>,
+  ): void {
+    for (const ip_family of this.families) {
+      this.#noLocal.set({ ip_family, traffic_policy: "internal" }, counts[ip_family].internal);
+      this.#noLocal.set({ ip_family, traffic_policy: "external" }, counts[ip_family].external);
+    }
   }
 
   /** Our rules were found removed or flushed by someone else; a restoring sync follows. */
@@ -430,17 +487,19 @@ export class ProxyMetrics {
    * The conntrack reconciler ran for one family after a sync (upstream's
    * `kubeproxy_conntrack_reconciler_*`): its duration, and the stale entries it deleted.
    */
-  conntrackReconciled(run: { family: "IPv4" | "IPv6"; seconds: number; deleted: number }): void {
+  conntrackReconciled(run: { family: IPFamily; seconds: number; deleted: number }): void {
     this.#conntrackReconcileDuration.observe({ ip_family: run.family }, run.seconds);
     if (run.deleted > 0) this.#conntrackDeleted.inc({ ip_family: run.family }, run.deleted);
   }
 
   /**
    * The time from an endpoint change (its EndpointSlice's
-   * `endpoints.kubernetes.io/last-change-trigger-time`) to the sync that programmed it.
+   * `endpoints.kubernetes.io/last-change-trigger-time`) to the sync that programmed it; once
+   * per family.
    */
   networkProgrammed(seconds: number): void {
-    if (seconds >= 0) this.#programming.observe(seconds);
+    if (seconds < 0) return;
+    for (const ip_family of this.families) this.#programming.observe({ ip_family }, seconds);
   }
 
   /** The health server answered a probe (upstream's `kubeproxy_proxy_{healthz,livez}_total`). */
@@ -463,8 +522,11 @@ export class ProxyMetrics {
   }
 
   #observeLatency(full: boolean, seconds: number): void {
-    this.#syncDuration.observe(seconds);
-    (full ? this.#syncFullDuration : this.#syncPartialDuration).observe(seconds);
+    const byKind = full ? this.#syncFullDuration : this.#syncPartialDuration;
+    for (const ip_family of this.families) {
+      this.#syncDuration.observe({ ip_family }, seconds);
+      byKind.observe({ ip_family }, seconds);
+    }
   }
 }
 

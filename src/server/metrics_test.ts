@@ -24,6 +24,11 @@ function sample(text: string, series: string): number | undefined {
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
+/** `name{ip_family="IPv4"}`, or with `le` first for a histogram bucket. */
+function v4(name: string, le?: string): string {
+  return le === undefined ? `${name}{ip_family="IPv4"}` : `${name}{le="${le}",ip_family="IPv4"}`;
+}
+
 function typeOf(text: string, name: string): string | undefined {
   return new RegExp(`^# TYPE ${name} (\\w+)$`, "m").exec(text)?.[1];
 }
@@ -68,9 +73,9 @@ Deno.test("ProxyMetrics() registers iptables-restore failure counters instead in
   metrics.syncFailed({ full: true });
   metrics.cleanupFailed(); // nft only: ignored
   const text = await metrics.text();
-  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"), 2);
+  assert.equal(sample(text, v4("kubeproxy_sync_proxy_rules_iptables_restore_failures_total")), 2);
   assert.equal(
-    sample(text, "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total"),
+    sample(text, v4("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total")),
     1,
   );
   assert.equal(typeOf(text, "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), undefined);
@@ -85,8 +90,14 @@ Deno.test("ProxyMetrics() uses upstream's buckets", async () => {
   assert.equal(NETWORK_PROGRAMMING_BUCKETS.length, 1 + 2 + 59 + 12 + 7);
   assert.equal(NETWORK_PROGRAMMING_BUCKETS.at(-1), 300);
   const text = await new ProxyMetrics().text();
-  assert.match(text, /^kubeproxy_sync_proxy_rules_duration_seconds_bucket\{le="16.384"\} 0$/m);
-  assert.match(text, /^kubeproxy_network_programming_duration_seconds_bucket\{le="115"\} 0$/m);
+  assert.match(
+    text,
+    /^kubeproxy_sync_proxy_rules_duration_seconds_bucket\{le="16.384",ip_family="IPv4"\} 0$/m,
+  );
+  assert.match(
+    text,
+    /^kubeproxy_network_programming_duration_seconds_bucket\{le="115",ip_family="IPv4"\} 0$/m,
+  );
 });
 
 Deno.test("ProxyMetrics.syncDone() records latency, script size and the last sync time", async () => {
@@ -96,19 +107,19 @@ Deno.test("ProxyMetrics.syncDone() records latency, script size and the last syn
   clock.advance(1500);
   metrics.syncDone({ full: false, seconds: 0.003, bytes: 0 });
   const text = await metrics.text();
-  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_duration_seconds_count"), 2);
-  assert.equal(sample(text, "kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 1);
-  assert.equal(sample(text, "kubeproxy_sync_full_proxy_rules_duration_seconds_sum"), 0.2);
-  assert.equal(sample(text, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 1);
-  assert.equal(
-    sample(text, 'kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="0.004"}'),
-    1,
-  );
+  assert.equal(sample(text, v4("kubeproxy_sync_proxy_rules_duration_seconds_count")), 2);
+  assert.equal(sample(text, v4("kubeproxy_sync_full_proxy_rules_duration_seconds_count")), 1);
+  assert.equal(sample(text, v4("kubeproxy_sync_full_proxy_rules_duration_seconds_sum")), 0.2);
+  assert.equal(sample(text, v4("kubeproxy_sync_partial_proxy_rules_duration_seconds_count")), 1);
+  assert.equal(sample(text, v4("kubeproxy_sync_proxy_rules_duration_seconds_bucket", "0.004")), 1);
   // A sync that sent nothing is not a script.
   assert.equal(sample(text, "kubenftproxy_sync_script_bytes_count"), 1);
   assert.equal(sample(text, 'kubenftproxy_sync_script_bytes_bucket{le="4096"}'), 0);
   assert.equal(sample(text, 'kubenftproxy_sync_script_bytes_bucket{le="16384"}'), 1);
-  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_last_timestamp_seconds"), 1_700_000_001.5);
+  assert.equal(
+    sample(text, v4("kubeproxy_sync_proxy_rules_last_timestamp_seconds")),
+    1_700_000_001.5,
+  );
 });
 
 Deno.test("ProxyMetrics.syncFailed() counts nftables failures and observes their latency", async () => {
@@ -117,10 +128,103 @@ Deno.test("ProxyMetrics.syncFailed() counts nftables failures and observes their
   metrics.syncFailed();
   metrics.cleanupFailed();
   const text = await metrics.text();
-  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), 2);
-  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"), 1);
-  assert.equal(sample(text, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 1);
-  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_last_timestamp_seconds"), 0);
+  assert.equal(sample(text, v4("kubeproxy_sync_proxy_rules_nftables_sync_failures_total")), 2);
+  assert.equal(sample(text, v4("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total")), 1);
+  assert.equal(sample(text, v4("kubeproxy_sync_partial_proxy_rules_duration_seconds_count")), 1);
+  assert.equal(sample(text, v4("kubeproxy_sync_proxy_rules_last_timestamp_seconds")), 0);
+});
+
+Deno.test("ProxyMetrics records each observation once per programmed family, as upstream's one proxier per family", async () => {
+  const clock = new FakeClock({ now: 1_700_000_000_000 });
+  const dual = new ProxyMetrics({ clock, families: ["IPv4", "IPv6"] });
+  dual.queued("Service");
+  dual.networkProgrammed(1.5);
+  dual.syncDone({ full: true, seconds: 0.2, bytes: 5000 });
+  dual.syncFailed({ full: false, seconds: 0.01 });
+  dual.cleanupFailed();
+  const text = await dual.text();
+  for (const family of ["IPv4", "IPv6"]) {
+    const of = (name: string) => sample(text, `${name}{ip_family="${family}"}`);
+    assert.equal(of("kubeproxy_sync_proxy_rules_duration_seconds_count"), 2, family);
+    assert.equal(of("kubeproxy_sync_full_proxy_rules_duration_seconds_sum"), 0.2, family);
+    assert.equal(of("kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 1, family);
+    assert.equal(of("kubeproxy_network_programming_duration_seconds_count"), 1, family);
+    assert.equal(of("kubeproxy_sync_proxy_rules_last_timestamp_seconds"), 1_700_000_000, family);
+    assert.equal(
+      of("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"),
+      1_700_000_000,
+      family,
+    );
+    assert.equal(of("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"), 1, family);
+    assert.equal(of("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"), 1, family);
+  }
+  // Every series carries its family; none is left without.
+  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_duration_seconds_count"), undefined);
+
+  const single = new ProxyMetrics({ clock, families: ["IPv6"] });
+  single.syncDone({ full: true, seconds: 0.2, bytes: 5000 });
+  const only = await single.text();
+  assert.equal(
+    sample(only, 'kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"}'),
+    1,
+  );
+  assert.ok(!only.includes('ip_family="IPv4"'), "no series of a family not programmed");
+});
+
+Deno.test("ProxyMetrics.syncFailed() counts an iptables-restore failure only in the family refused", async () => {
+  const metrics = new ProxyMetrics({ mode: "iptables", families: ["IPv4", "IPv6"] });
+  metrics.syncFailed({ full: false, seconds: 0.5, family: "IPv6" });
+  const text = await metrics.text();
+  const restore = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
+  const partial = "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total";
+  assert.equal(sample(text, `${restore}{ip_family="IPv6"}`), 1);
+  assert.equal(sample(text, `${partial}{ip_family="IPv6"}`), 1);
+  assert.equal(sample(text, `${restore}{ip_family="IPv4"}`), 0);
+  assert.equal(sample(text, `${partial}{ip_family="IPv4"}`), 0);
+  // Both families' rules were being synced: the attempt's latency counts in each.
+  assert.equal(
+    sample(text, 'kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"}'),
+    1,
+  );
+});
+
+Deno.test("ProxyMetrics leaves the metrics upstream does not label by family unlabelled", async () => {
+  const metrics = new ProxyMetrics({ families: ["IPv4", "IPv6"] });
+  metrics.queued("Service");
+  metrics.queued("EndpointSlice");
+  metrics.pending({ services: 1, endpoints: 1 });
+  metrics.healthServed("/healthz", 200);
+  metrics.healthServed("/livez", 200);
+  const lines = (await metrics.text()).split("\n");
+  const unlabelled = [
+    "kubeproxy_sync_proxy_rules_service_changes_total 1",
+    "kubeproxy_sync_proxy_rules_endpoint_changes_total 1",
+    "kubeproxy_sync_proxy_rules_service_changes_pending 1",
+    "kubeproxy_sync_proxy_rules_endpoint_changes_pending 1",
+    'kubeproxy_proxy_healthz_total{code="200"} 1',
+    'kubeproxy_proxy_livez_total{code="200"} 1',
+  ];
+  for (const line of unlabelled) assert.ok(lines.includes(line), line);
+  const labelled = lines.filter((l) => l.includes("ip_family=")).map((l) => l.split("{")[0]);
+  assert.deepEqual([...new Set(labelled)].sort(), [
+    "kubeproxy_network_programming_duration_seconds_bucket",
+    "kubeproxy_network_programming_duration_seconds_count",
+    "kubeproxy_network_programming_duration_seconds_sum",
+    "kubeproxy_sync_full_proxy_rules_duration_seconds_bucket",
+    "kubeproxy_sync_full_proxy_rules_duration_seconds_count",
+    "kubeproxy_sync_full_proxy_rules_duration_seconds_sum",
+    "kubeproxy_sync_partial_proxy_rules_duration_seconds_bucket",
+    "kubeproxy_sync_partial_proxy_rules_duration_seconds_count",
+    "kubeproxy_sync_partial_proxy_rules_duration_seconds_sum",
+    "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
+    "kubeproxy_sync_proxy_rules_duration_seconds_count",
+    "kubeproxy_sync_proxy_rules_duration_seconds_sum",
+    "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+    "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+    "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+    "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+    "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+  ]);
 });
 
 Deno.test("ProxyMetrics.queued() counts changes by kind and stamps the last queued time", async () => {
@@ -135,31 +239,36 @@ Deno.test("ProxyMetrics.queued() counts changes by kind and stamps the last queu
   const text = await metrics.text();
   assert.equal(sample(text, "kubeproxy_sync_proxy_rules_service_changes_total"), 1);
   assert.equal(sample(text, "kubeproxy_sync_proxy_rules_endpoint_changes_total"), 2);
-  assert.equal(sample(text, "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"), 43);
+  assert.equal(sample(text, v4("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds")), 43);
   assert.equal(sample(text, "kubeproxy_sync_proxy_rules_service_changes_pending"), 1);
   assert.equal(sample(text, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 2);
 });
 
-Deno.test("ProxyMetrics.noLocalEndpoints() sets both traffic policies, 0 from the start", async () => {
-  const metrics = new ProxyMetrics();
+Deno.test("ProxyMetrics.noLocalEndpoints() sets both traffic policies of each family, 0 from the start", async () => {
+  const metrics = new ProxyMetrics({ families: ["IPv4", "IPv6"] });
+  const series = (family: string, policy: string) =>
+    `kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="${family}",traffic_policy="${policy}"}`;
   const before = await metrics.text();
-  assert.equal(
-    sample(
-      before,
-      'kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}',
-    ),
-    0,
-  );
-  metrics.noLocalEndpoints({ internal: 3, external: 1 });
+  assert.equal(sample(before, series("IPv4", "internal")), 0);
+  assert.equal(sample(before, series("IPv6", "external")), 0);
+  metrics.noLocalEndpoints({
+    IPv4: { internal: 3, external: 1 },
+    IPv6: { internal: 0, external: 2 },
+  });
   const after = await metrics.text();
-  assert.equal(
-    sample(after, 'kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}'),
-    3,
-  );
-  assert.equal(
-    sample(after, 'kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"}'),
-    1,
-  );
+  assert.equal(sample(after, series("IPv4", "internal")), 3);
+  assert.equal(sample(after, series("IPv4", "external")), 1);
+  assert.equal(sample(after, series("IPv6", "internal")), 0);
+  assert.equal(sample(after, series("IPv6", "external")), 2);
+
+  const single = new ProxyMetrics({ families: ["IPv4"] });
+  single.noLocalEndpoints({
+    IPv4: { internal: 1, external: 0 },
+    IPv6: { internal: 5, external: 5 },
+  });
+  const text = await single.text();
+  assert.equal(sample(text, series("IPv4", "internal")), 1);
+  assert.ok(!text.includes('ip_family="IPv6"'), "a family not programmed has no series");
 });
 
 Deno.test("ProxyMetrics counts conntrack reconciles, network programming and health answers", async () => {
@@ -190,7 +299,7 @@ Deno.test("ProxyMetrics counts conntrack reconciles, network programming and hea
     ),
     1,
   );
-  assert.equal(sample(text, 'kubeproxy_network_programming_duration_seconds_bucket{le="2"}'), 1);
+  assert.equal(sample(text, v4("kubeproxy_network_programming_duration_seconds_bucket", "2")), 1);
   assert.equal(sample(text, 'kubeproxy_proxy_healthz_total{code="503"}'), 1);
   assert.equal(sample(text, 'kubeproxy_proxy_livez_total{code="200"}'), 1);
 });
@@ -252,7 +361,10 @@ Deno.test("metricsHandler() serves the exposition with Prometheus' content type"
   const res = await handle(new Request("http://node:10249/metrics"));
   assert.equal(res.status, 200);
   assert.equal(res.headers.get("content-type"), "text/plain; version=0.0.4; charset=utf-8");
-  assert.equal(sample(await res.text(), "kubeproxy_sync_proxy_rules_duration_seconds_count"), 1);
+  assert.equal(
+    sample(await res.text(), v4("kubeproxy_sync_proxy_rules_duration_seconds_count")),
+    1,
+  );
 });
 
 Deno.test("metricsHandler() answers /proxyMode and /healthz like upstream, 404 otherwise", async () => {

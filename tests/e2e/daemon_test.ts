@@ -425,7 +425,7 @@ Deno.test({
         assert.ok(
           sample(
             bodyOf(failing),
-            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+            'kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"}',
           )! >= 1,
         );
         await nft.fail(false);
@@ -450,24 +450,32 @@ Deno.test({
           ) === 1;
         });
         const value = (series: string) => sample(text, series) ?? NaN;
-        assert.ok(value("kubeproxy_sync_proxy_rules_duration_seconds_count") >= 10);
-        assert.ok(value("kubeproxy_sync_full_proxy_rules_duration_seconds_count") >= 2);
-        assert.ok(value("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") >= 5);
-        assert.ok(value("kubeproxy_sync_proxy_rules_duration_seconds_sum") < 60);
-        const last = value("kubeproxy_sync_proxy_rules_last_timestamp_seconds");
+        const v4 = (name: string) => `${name}{ip_family="IPv4"}`;
+        assert.ok(value(v4("kubeproxy_sync_proxy_rules_duration_seconds_count")) >= 10);
+        assert.ok(value(v4("kubeproxy_sync_full_proxy_rules_duration_seconds_count")) >= 2);
+        assert.ok(value(v4("kubeproxy_sync_partial_proxy_rules_duration_seconds_count")) >= 5);
+        assert.ok(value(v4("kubeproxy_sync_proxy_rules_duration_seconds_sum")) < 60);
+        const last = value(v4("kubeproxy_sync_proxy_rules_last_timestamp_seconds"));
         assert.ok(Math.abs(Date.now() / 1000 - last) < 30, `last sync at ${last}`);
-        const queued = value("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds");
+        const queued = value(v4("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"));
         assert.ok(Math.abs(Date.now() / 1000 - queued) < 30, `last queued at ${queued}`);
         assert.ok(value("kubeproxy_sync_proxy_rules_service_changes_total") >= 10);
         assert.ok(value("kubeproxy_sync_proxy_rules_endpoint_changes_total") >= 5);
         assert.equal(value("kubeproxy_sync_proxy_rules_service_changes_pending"), 0);
         assert.equal(value("kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 0);
-        assert.ok(value("kubeproxy_sync_proxy_rules_nftables_sync_failures_total") >= 1);
+        assert.ok(value(v4("kubeproxy_sync_proxy_rules_nftables_sync_failures_total")) >= 1);
         assert.ok(value('kubeproxy_proxy_healthz_total{code="200"}') >= 1);
         assert.ok(value('kubeproxy_proxy_healthz_total{code="503"}') >= 1);
         assert.equal(
-          value('kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"}'),
+          value(
+            'kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="external"}',
+          ),
           0,
+        );
+        // Both families are programmed: each counts every sync, as upstream's two proxiers.
+        assert.equal(
+          value('kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"}'),
+          value(v4("kubeproxy_sync_proxy_rules_duration_seconds_count")),
         );
         assert.match(text, /^# TYPE kubeproxy_network_programming_duration_seconds histogram$/m);
         const broken = proxy.output().split("\n").filter((l) => l.includes("default/broken"));
