@@ -106,7 +106,7 @@ async function run(args: readonly string[]): Promise<number> {
     log.error(err.message);
     return 1;
   }
-  const metrics = made.metrics = new ProxyMetrics({ mode: config.mode, families: node.families });
+  const metrics = made.metrics = new ProxyMetrics({ mode: backend.mode, families: node.families });
   if (!actions.dryRun) {
     const oom = await applyOomScoreAdj(config.oomScoreAdj);
     if (oom.changed !== undefined) log.info(`set ${oom.changed}`);
