@@ -198,8 +198,17 @@ export async function restoreStreamed(
     const stderrText = new Response(child.stderr).text();
     const writer = child.stdin.getWriter();
     const encoder = new TextEncoder();
+    // One buffer for every piece: a write resolves once the pipe took the bytes, and 500
+    // pieces' own buffers would wait for a garbage collection to be freed.
+    const bytes = new Uint8Array(STREAM_BUFFER_BYTES);
     try {
-      for (const chunk of render()) await writer.write(encoder.encode(chunk));
+      for (const chunk of render()) {
+        for (let rest = chunk; rest !== "";) {
+          const { read, written } = encoder.encodeInto(rest, bytes);
+          await writer.write(bytes.subarray(0, written));
+          rest = rest.slice(read);
+        }
+      }
       await writer.close();
     } catch {
       // The program exited early (a refused line) and closed the pipe: its status tells why.
@@ -221,6 +230,9 @@ export async function restoreStreamed(
     clearTimeout(timer);
   }
 }
+
+/** Size of the buffer {@link restoreStreamed} encodes each piece into. */
+const STREAM_BUFFER_BYTES = 256 * 1024;
 
 /** The 1-based line `n` of text written in pieces, or "". */
 function lineOf(pieces: Iterable<string>, n: number): string {

@@ -84,8 +84,10 @@ interface AppliedPort {
   readonly shared: readonly SharedRule[];
   readonly clusterIP: string;
   readonly service: string;
-  /** Chain name → digest of its rules ({@link digest}); the rules themselves are not kept. */
-  readonly chains: ReadonlyMap<string, number>;
+  /** Its own chains, in order. */
+  readonly names: readonly string[];
+  /** The {@link digest} of each chain's rules, as {@link names}; the rules are not kept. */
+  readonly digests: Float64Array;
 }
 
 interface Applied {
@@ -161,21 +163,12 @@ export class IptablesSyncer {
       for (const key of keys) {
         const fragment = render(input, key, options);
         if (fragment === null) continue;
-        const digests = new Map<string, number>();
         for (const name of fragment.chains.keys()) {
           line(`:${name} - [0:0]`);
           declared.add(name);
         }
-        for (const [name, rules] of fragment.chains) {
-          for (const rule of rules) line(rule);
-          digests.set(name, digest(rules));
-        }
-        ports.set(key, {
-          shared: fragment.shared,
-          clusterIP: fragment.clusterIP,
-          service: fragment.service,
-          chains: digests,
-        });
+        for (const rules of fragment.chains.values()) for (const rule of rules) line(rule);
+        ports.set(key, appliedPort(fragment));
         if (buffer.length >= CHUNK) {
           bytes += buffer.length;
           yield buffer;
@@ -193,7 +186,7 @@ export class IptablesSyncer {
       }
       const stale = new Set(extras.stale?.(declared) ?? []);
       for (const port of previous?.ports.values() ?? []) {
-        for (const name of port.chains.keys()) if (!declared.has(name)) stale.add(name);
+        for (const name of port.names) if (!declared.has(name)) stale.add(name);
       }
       for (const name of stale) line(`:${name} - [0:0]`);
       for (const name of stale) line(`-X ${name}`);
@@ -272,14 +265,17 @@ export class IptablesSyncer {
     }
     const stale: string[] = [];
     for (const [key, now] of replaced) {
-      const before = applied.ports.get(key)?.chains ?? new Map<string, number>();
-      const after = now?.port.chains ?? new Map<string, number>();
+      const before = applied.ports.get(key) ?? null;
+      const after = now?.port ?? null;
       for (const [name, wanted] of now?.fragment.chains ?? []) {
-        if (before.get(name) === after.get(name)) continue;
+        const had = digestOf(before, name);
+        if (had !== undefined && had === digestOf(after, name)) continue;
         declare.nat.push(name);
         rules.nat.push(...wanted);
       }
-      for (const name of before.keys()) if (!after.has(name)) stale.push(name);
+      for (const name of before?.names ?? []) {
+        if (digestOf(after, name) === undefined) stale.push(name);
+      }
     }
     const script = sectionHeader(options.family, false) + "\n" +
       renderTable({ table: "filter", declare: declare.filter, rules: rules.filter }) +
@@ -325,14 +321,24 @@ function render(input: SyncInput, key: string, options: IptablesRenderOptions): 
 }
 
 function appliedPort(fragment: Fragment): AppliedPort {
-  const chains = new Map<string, number>();
-  for (const [name, rules] of fragment.chains) chains.set(name, digest(rules));
+  const names = [...fragment.chains.keys()];
+  const digests = new Float64Array(names.length);
+  names.forEach((name, i) => digests[i] = digest(fragment.chains.get(name)!));
+  // Kept for every port: flattened, without the pieces they were concatenated from.
+  for (const { rule } of fragment.shared) rule.charCodeAt(0);
   return {
     shared: fragment.shared,
     clusterIP: fragment.clusterIP,
     service: fragment.service,
-    chains,
+    names,
+    digests,
   };
+}
+
+/** The digest of one of a port's chains, or undefined when it has no such chain. */
+function digestOf(port: AppliedPort | null, name: string): number | undefined {
+  const i = port === null ? -1 : port.names.indexOf(name);
+  return i < 0 ? undefined : port!.digests[i];
 }
 
 /**
@@ -370,7 +376,6 @@ function sameShare(a: AppliedPort | null, b: AppliedPort | null): boolean {
 
 function samePort(a: AppliedPort | null, b: AppliedPort | null): boolean {
   if (a === null || b === null) return a === b;
-  if (!sameShare(a, b) || a.chains.size !== b.chains.size) return false;
-  for (const [name, hash] of a.chains) if (b.chains.get(name) !== hash) return false;
-  return true;
+  if (!sameShare(a, b) || a.names.length !== b.names.length) return false;
+  return a.names.every((name, i) => name === b.names[i] && a.digests[i] === b.digests[i]);
 }
