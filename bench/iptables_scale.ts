@@ -6,8 +6,15 @@
  * in a node programmed with N services against one programmed with 10.
  *
  * Modes: `nft` (the native nft backend: `NftPlanner` → `nft -f`), `iptables-nft` and
- * `iptables-legacy` (`IptablesPlanner` → `iptables-restore --noflush` with that back end, the
- * full-sync reconcile from `iptables-save` included, as the proxy runs it).
+ * `iptables-legacy` (`IptablesPlanner` → `applyIptablesPlan`: full sections streamed to
+ * `iptables-restore --noflush` with that back end as they are rendered, reconciled with the
+ * kernel on the way, as the daemon runs it).
+ *
+ * In iptables modes, every cold start and full re-sync is paired with upstream's iptables layout
+ * of the same cluster (upstream_iptables_layout.ts) restored by the same `iptables-restore` in
+ * the same run (alternating which goes first), and the `daemon` section starts `main.ts
+ * --from-file … --proxy-mode=iptables` in a pod cgroup: exec → first full sync, its peak RSS and
+ * the pod's. Cold start and re-sync report this process's own peak RSS (`VmHWM`, reset before).
  *
  * In iptables mode a new connection walks nat KUBE-SERVICES rule by rule; the data-plane
  * target's rule is placed LAST there (its namespace sorts after every generated one), so the
