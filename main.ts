@@ -145,6 +145,7 @@ async function run(args: readonly string[]): Promise<number> {
     source: await createSource(config, log, { once }),
     planner: proxier.planner,
     apply: kernel?.apply ?? collect,
+    applyPlan: kernel?.applyPlan,
     conntrackReconcile: kernel
       ? (services) => reconcileConntrack(services, { families: node.families })
       : undefined,

@@ -18,12 +18,16 @@
  * @module
  */
 import type { IPFamily } from "../model/service_port.ts";
+import type { IptablesPlan } from "../render/iptables/planner.ts";
 import {
   cleanupScript,
+  JUMP_RULES,
   parseSave,
   reconcileSection,
+  reconciliation,
   type SavedTables,
 } from "../render/iptables/reconcile.ts";
+import type { SectionExtras } from "../render/iptables/syncer.ts";
 import { splitSections } from "../render/iptables/script.ts";
 import { type FamilySupport, probeFamilies } from "./families.ts";
 import { type ProgramResult, runProgram } from "./program.ts";
@@ -126,23 +130,124 @@ export async function restoreSection(
     discardStdout: true,
   });
   if (result.code === 0) return;
-  // "Error occurred at line: 3" (both back ends) or "line 3 failed" (older releases); named
-  // by its line in the section as given (before any reordering above).
-  const match = /line:? (\d+)/.exec(result.stderr);
+  throw restoreError(program, family, result.stderr, result.code, (fedLine) => ({
+    line: origin[fedLine - 1] ?? 0,
+    text: fed[fedLine - 1] ?? "",
+  }));
+}
+
+/**
+ * The error of a refused restore: "Error occurred at line: 3" (both back ends) or "line 3
+ * failed" (older releases), named by `locate` as a line of the section as planned.
+ */
+function restoreError(
+  program: string,
+  family: IPFamily,
+  stderr: string,
+  code: number,
+  locate: (fedLine: number) => { line: number; text: string },
+): IptablesApplyError {
+  const match = /line:? (\d+)/.exec(stderr);
   const fedLine = match ? Number(match[1]) : 0;
-  const line = fedLine > 0 ? (origin[fedLine - 1] ?? 0) : 0;
-  const scriptLine = fedLine > 0 ? (fed[fedLine - 1] ?? "") : "";
-  const first = result.stderr.trim().split("\n").filter((l) => l.trim() !== "" && !/^Try `/.test(l))
-    .join(" ") || `exit code ${result.code}`;
+  const { line, text: scriptLine } = fedLine > 0 ? locate(fedLine) : { line: 0, text: "" };
+  const first = stderr.trim().split("\n").filter((l) => l.trim() !== "" && !/^Try `/.test(l))
+    .join(" ") || `exit code ${code}`;
   // iptables-nft finds some errors (a jump to a missing chain) only when the table commits.
   const whole = scriptLine === "COMMIT" ? " (the table was refused as a whole)" : "";
   const where = line > 0 ? ` at line ${line}: ${abbreviate(scriptLine)}${whole}` : "";
-  throw new IptablesApplyError(`${program} refused the ${family} rules${where} (${first})`, {
+  return new IptablesApplyError(`${program} refused the ${family} rules${where} (${first})`, {
     family,
     line,
     scriptLine,
-    stderr: result.stderr,
+    stderr,
   });
+}
+
+/**
+ * Loads one restore section written piece by piece (`iptables-restore --noflush -w N`, stdin):
+ * each piece goes to the program as soon as it is rendered, so the section never exists whole
+ * in memory and rendering overlaps the program's parsing. `render` is called again only to
+ * name the line the program refused. Throws {@link IptablesApplyError}.
+ */
+export async function restoreStreamed(
+  render: () => Iterable<string>,
+  family: IPFamily,
+  options: IptablesRunnerOptions = {},
+): Promise<void> {
+  const program = iptablesProgram("restore", family, options.backend ?? "nft");
+  const argv = [program, "--noflush", "-w", String(options.lockWaitSeconds ?? 5)];
+  const [cmd, ...args] = options.netns ? ["ip", "netns", "exec", options.netns, ...argv] : argv;
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(cmd, { args, stdin: "piped", stdout: "null", stderr: "piped" })
+      .spawn();
+  } catch (err) {
+    const stderr = `cannot run ${program}: ${(err as Error).message}`;
+    throw new IptablesApplyError(stderr, { family, line: 0, scriptLine: "", stderr, cause: err });
+  }
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // it exited just now
+    }
+  }, options.timeoutMs ?? 120_000);
+  try {
+    const stderrText = new Response(child.stderr).text();
+    const writer = child.stdin.getWriter();
+    const encoder = new TextEncoder();
+    // One buffer for every piece: a write resolves once the pipe took the bytes, and 500
+    // pieces' own buffers would wait for a garbage collection to be freed.
+    const bytes = new Uint8Array(STREAM_BUFFER_BYTES);
+    try {
+      for (const chunk of render()) {
+        for (let rest = chunk; rest !== "";) {
+          const { read, written } = encoder.encodeInto(rest, bytes);
+          await writer.write(bytes.subarray(0, written));
+          rest = rest.slice(read);
+        }
+      }
+      await writer.close();
+    } catch {
+      // The program exited early (a refused line) and closed the pipe: its status tells why.
+    }
+    const status = await child.status;
+    const stderr = await stderrText;
+    if (status.code === 0 && !timedOut) return;
+    throw restoreError(
+      program,
+      family,
+      timedOut ? `${stderr}killed after ${options.timeoutMs ?? 120_000} ms` : stderr,
+      status.code,
+      (fedLine) => {
+        const text = lineOf(render(), fedLine);
+        return { line: fedLine, text };
+      },
+    );
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Size of the buffer {@link restoreStreamed} encodes each piece into. */
+const STREAM_BUFFER_BYTES = 256 * 1024;
+
+/** The 1-based line `n` of text written in pieces, or "". */
+function lineOf(pieces: Iterable<string>, n: number): string {
+  let seen = 0;
+  let carry = "";
+  for (const piece of pieces) {
+    let start = 0;
+    for (let end = piece.indexOf("\n"); end >= 0; end = piece.indexOf("\n", start)) {
+      if (++seen === n) return carry + piece.slice(start, end);
+      carry = "";
+      start = end + 1;
+    }
+    carry += piece.slice(start);
+  }
+  return seen + 1 === n ? carry : "";
 }
 
 /** Distinct chains a table part may name before {@link withWholeTableCache} steps in. */
@@ -268,6 +373,72 @@ export async function applyIptables(
   }
 }
 
+/**
+ * Applies a plan of the iptables planner, each family's section in turn, as
+ * {@link applyIptables} does with its script, but a full section is streamed to
+ * `iptables-restore` as it is rendered, completed from the kernel's current rules on the way.
+ */
+export async function applyIptablesPlan(
+  plan: IptablesPlan,
+  options: IptablesRunnerOptions = {},
+): Promise<void> {
+  for (const { family, plan: section } of plan.sections) {
+    if (!section.full) {
+      await restoreSection(section.script, family, options);
+      continue;
+    }
+    // The first full sync reads the whole tables (leftovers of an earlier process); later ones
+    // only the built-in chains holding our jump rules: our own stale chains the plan knows,
+    // and dumping 100,000 rules per re-sync cost seconds and hundreds of MiB.
+    const saved = section.fresh
+      ? await saveTables(family, options)
+      : await builtInChainRules(family, options);
+    const { first, stale } = reconciliation(saved);
+    const extras: SectionExtras = {
+      first,
+      stale,
+      wholeTableCacheAbove: (options.backend ?? "nft") === "nft"
+        ? options.wholeTableCacheChains ?? WHOLE_TABLE_CACHE_CHAINS
+        : undefined,
+    };
+    await restoreStreamed(() => section.chunks(extras), family, options);
+  }
+}
+
+/**
+ * The rules of the built-in chains our jump rules live in (`iptables -t TABLE -S CHAIN`), as
+ * saved tables without other chains. Throws {@link IptablesApplyError} when a listing fails.
+ */
+export async function builtInChainRules(
+  family: IPFamily,
+  options: IptablesRunnerOptions = {},
+): Promise<SavedTables> {
+  const program = `${family === "IPv6" ? "ip6" : "ip"}tables-${options.backend ?? "nft"}`;
+  const wanted = [...new Set(JUMP_RULES.map((j) => `${j.table} ${j.chain}`))];
+  const listings = await Promise.all(wanted.map(async (pair) => {
+    const [table, chain] = pair.split(" ");
+    const argv = [program, "-t", table, "-S", chain, "-w", String(options.lockWaitSeconds ?? 5)];
+    const result = await runIptables(argv, { ...options, timeoutMs: options.timeoutMs });
+    // A table that does not exist yet has no rules (exit 1).
+    if (result.code === 1) return "";
+    if (result.code !== 0) {
+      throw new IptablesApplyError(`${program} -t ${table} -S ${chain} failed: ${result.stderr}`, {
+        family,
+        line: 0,
+        scriptLine: "",
+        stderr: result.stderr,
+      });
+    }
+    return `*${table}\n${result.stdout}`;
+  }));
+  const parsed = parseSave(listings.join("\n"));
+  return {
+    filter: { chains: new Set(), rules: parsed.filter.rules },
+    nat: { chains: new Set(), rules: parsed.nat.rules },
+    mangle: { chains: new Set(), rules: [] },
+  };
+}
+
 /** What {@link chooseBackend} looks at: `iptables-save` output of each back end. */
 export interface BackendEvidence {
   /** `iptables-nft-save` + `ip6tables-nft-save` output (all tables). */
@@ -384,6 +555,12 @@ export class IptablesApplier {
   async apply(script: string): Promise<void> {
     if (script === "") return;
     await applyIptables(script, { ...this.#options, backend: await this.backend() });
+  }
+
+  /** Applies a plan of the iptables planner, streaming its full sections. */
+  async applyPlan(plan: IptablesPlan): Promise<void> {
+    if (plan.sections.length === 0) return;
+    await applyIptablesPlan(plan, { ...this.#options, backend: await this.backend() });
   }
 }
 

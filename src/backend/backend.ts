@@ -20,7 +20,7 @@ import type { DryRunOutput } from "../dryrun/dry_run.ts";
 import type { Logger } from "../log.ts";
 import type { IPFamily } from "../model/service_port.ts";
 import type { KernelFamilies } from "../node/node_facts.ts";
-import type { Planner } from "../render/planner.ts";
+import type { Plan, Planner } from "../render/planner.ts";
 import type { ServiceConnectionsSource } from "../server/metrics.ts";
 
 /** What every back end is given besides the configuration. */
@@ -67,6 +67,11 @@ export interface Proxier {
   readonly planner: Planner;
   /** Sends one of the planner's scripts to the kernel as one transaction. */
   apply(script: string): Promise<void>;
+  /**
+   * Sends one of the planner's plans without writing its script whole first (iptables streams
+   * it to `iptables-restore`). Absent: {@link apply} of `plan.script`.
+   */
+  readonly applyPlan?: (plan: Plan) => Promise<void>;
   /** Whether the kernel still holds our rules (cheap: the daemon runs it every interval). */
   rulesIntact(): Promise<boolean>;
   /** How often {@link rulesIntact} runs, in ms; absent: every second. */

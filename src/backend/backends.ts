@@ -44,16 +44,15 @@ export async function createBackend(config: Config, context: BackendContext): Pr
     ...backend,
     proxier: async (families) => {
       const proxier = await backend.proxier(families);
+      const removeOthers = () => removeOtherModes(config, context);
+      const warn = (err: unknown) => {
+        context.log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`);
+        context.cleanupFailed?.("the other mode's rules", err);
+      };
       return {
         ...proxier,
-        apply: afterFirstApply(
-          proxier.apply,
-          () => removeOtherModes(config, context),
-          (err) => {
-            context.log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`);
-            context.cleanupFailed?.("the other mode's rules", err);
-          },
-        ),
+        apply: afterFirstApply(proxier.apply, removeOthers, warn),
+        applyPlan: proxier.applyPlan && afterFirstApply(proxier.applyPlan, removeOthers, warn),
       };
     },
   };
@@ -167,11 +166,11 @@ export async function cleanUp(
  * const apply = afterFirstApply((s) => proxier.apply(s), () => removeOtherModes(config, context));
  * ```
  */
-export function afterFirstApply(
-  apply: (script: string) => Promise<void>,
+export function afterFirstApply<T = string>(
+  apply: (script: T) => Promise<void>,
   then: () => Promise<void>,
   onError: (err: unknown) => void = () => {},
-): (script: string) => Promise<void> {
+): (script: T) => Promise<void> {
   let done = false;
   return async (script) => {
     await apply(script);

@@ -259,3 +259,32 @@ Deno.test({
     });
   },
 });
+
+Deno.test({
+  name:
+    "iptables mode's first streamed sync (applyPlan) removes the other modes' rules, as apply does",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    await withIptablesScratch(async (k) => {
+      await applyNft("add table ip kube-proxy\n", { netns: k.ns });
+      const iptablesMode = {
+        ...config,
+        mode: "iptables" as const,
+        iptablesBackend: "nft" as const,
+      };
+      const backend = await createBackend(iptablesMode, { log: recordingLog().log, netns: k.ns });
+      const proxier = await backend.proxier(["IPv4"]);
+      assert.ok(proxier.applyPlan, "iptables mode streams its plans");
+      const state = stateWith(["web"]);
+      const plan = proxier.planner.plan(state, {
+        full: true,
+        changed: state.takeChanges().changed,
+      });
+      await proxier.applyPlan(plan);
+      plan.commit();
+      const tables = (await runNft(["list", "tables"], { netns: k.ns })).stdout;
+      assert.ok(!tables.includes("kube-proxy"), tables);
+      assert.match(await k.saveText("IPv4", "nft"), /-A KUBE-SERVICES .*-j KUBE-SVC-/);
+    });
+  },
+});

@@ -44,6 +44,13 @@ export interface PlannerInput extends SyncInput, ClusterFacts {}
 export interface Plan {
   /** The script for the back end's loader (`nft -f`, `iptables-restore`); "" for no change. */
   readonly script: string;
+  /**
+   * Whether there is nothing to apply, for a plan whose script is written only when read (the
+   * iptables planner streams it to its loader). Absent: `script === ""`.
+   */
+  readonly empty?: boolean;
+  /** The script's length without writing it (once applied, for a streamed plan). */
+  readonly bytes?: number;
   readonly full: boolean;
   /** Number of service ports whose rules the plan changes. */
   readonly servicePortsChanged: number;

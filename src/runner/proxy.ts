@@ -21,7 +21,7 @@ import type { ReconcileResult } from "../apply/conntrack.ts";
 import { type ConntrackService, conntrackServices } from "../apply/conntrack_plan.ts";
 import type { Logger } from "../log.ts";
 import type { IPFamily } from "../model/service_port.ts";
-import type { Planner } from "../render/planner.ts";
+import type { Plan, Planner } from "../render/planner.ts";
 import { ProxyHealth } from "../server/health.ts";
 import {
   healthCheckBindIPs,
@@ -45,6 +45,8 @@ export interface ProxyParts {
   readonly planner: Planner;
   /** Sends one script to the kernel (or prints it in dry-run mode). */
   readonly apply: (script: string) => Promise<void>;
+  /** Sends a whole plan instead, when the back end streams its scripts (iptables). */
+  readonly applyPlan?: (plan: Plan) => Promise<void>;
   readonly log: Logger;
   readonly clock?: Clock;
   /**
@@ -155,6 +157,7 @@ export async function runProxy(parts: ProxyParts, options: RunOptions): Promise<
   const loop = new SyncLoop(state, {
     planner,
     apply: parts.apply,
+    applyPlan: parts.applyPlan,
     log,
     clock,
     localAddresses: parts.localAddresses,

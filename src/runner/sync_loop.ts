@@ -10,7 +10,7 @@
  * @module
  */
 import type { Logger } from "../log.ts";
-import type { Planner } from "../render/planner.ts";
+import type { Plan, Planner } from "../render/planner.ts";
 import type { ProxyState } from "../tracker/proxy_state.ts";
 import { type Clock, realClock } from "./clock.ts";
 
@@ -23,6 +23,8 @@ export interface SyncLoopOptions {
   planner: Planner;
   /** Sends a script to the kernel as one transaction (or prints it, in dry-run mode). */
   apply: (script: string) => Promise<void>;
+  /** Sends a whole plan instead (a back end that streams its script); absent: {@link apply}. */
+  applyPlan?: (plan: Plan) => Promise<void>;
   log: Logger;
   /** Default {@link realClock}. */
   clock?: Clock;
@@ -59,7 +61,9 @@ export interface SyncOutcome {
 /** Runs syncs; each call of {@link sync} is one sync. Never call it concurrently. */
 export class SyncLoop {
   readonly #state: ProxyState;
-  readonly #options: Required<SyncLoopOptions>;
+  readonly #options:
+    & Required<Omit<SyncLoopOptions, "applyPlan">>
+    & Pick<SyncLoopOptions, "applyPlan">;
   #needFull = true;
   #lastFullAt = -Infinity;
   #lastSuccessAt: number | undefined;
@@ -125,7 +129,10 @@ export class SyncLoop {
       };
       plan = planner.plan(input, { full, changed: changes.changed });
       rendered = clock.now();
-      if (plan.script !== "") await this.#options.apply(plan.script);
+      if (!(plan.empty ?? plan.script === "")) {
+        const { apply, applyPlan } = this.#options;
+        await (applyPlan ? applyPlan(plan) : apply(plan.script));
+      }
     } catch (err) {
       // The changes taken above are folded into the state already: only a full sync is sure
       // to carry them to the kernel.
@@ -140,8 +147,8 @@ export class SyncLoop {
     this.#lastSuccessAt = clock.now();
     const outcome: SyncOutcome = {
       full,
-      applied: plan.script !== "",
-      scriptBytes: plan.script.length,
+      applied: !(plan.empty ?? plan.script === ""),
+      scriptBytes: plan.bytes ?? plan.script.length,
       servicePortsChanged: plan.servicePortsChanged,
       durationMs: clock.now() - started,
       phasesMs: {

@@ -19,7 +19,7 @@ import {
 import { iptablesRulesIntact } from "../../apply/iptables_watch.ts";
 import { refusedWarning } from "../../apply/families.ts";
 import type { Config } from "../../config/config.ts";
-import { IptablesPlanner } from "../../render/iptables/planner.ts";
+import { IptablesPlanner, isIptablesPlan } from "../../render/iptables/planner.ts";
 import type { Backend, BackendContext } from "../backend.ts";
 
 /** iptables-legacy reads a whole nat table per check (~0.5 s at 10k services). */
@@ -50,6 +50,11 @@ export function createBackend(config: Config, context: BackendContext): Backend 
           families,
         }),
         apply: (script) => applier.apply(script),
+        // Full syncs are streamed to iptables-restore as they are rendered, never held whole.
+        applyPlan: (plan) => {
+          if (!isIptablesPlan(plan)) return applier.apply(plan.script);
+          return applier.applyPlan(plan);
+        },
         rulesIntact: () => iptablesRulesIntact({ backend, families, netns }),
         rulesCheckIntervalMs: backend === "legacy" ? LEGACY_CHECK_INTERVAL_MS : undefined,
       };

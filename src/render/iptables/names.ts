@@ -10,7 +10,6 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
 import { formatServicePortName, type ServicePortName } from "../../model/service_port.ts";
 
 /** The fixed chains of the `nat` table. */
@@ -126,13 +125,154 @@ const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
 /** The first 16 characters of base32(sha256(text)), as upstream's chain-name hashes. */
 function hash16(text: string): string {
-  const digest = createHash("sha256").update(text).digest();
+  const digest = sha256(text);
   let out = "";
   // 16 base32 characters are 80 bits: two groups of 5 bytes (40 bits, exact in a double).
   for (let group = 0; group < 2; group++) {
     let bits = 0;
-    for (let i = 0; i < 5; i++) bits = bits * 256 + digest[group * 5 + i];
+    for (let i = 0; i < 5; i++) {
+      const byte = group * 5 + i;
+      bits = bits * 256 + ((digest[byte >> 2] >>> (24 - 8 * (byte & 3))) & 0xff);
+    }
     for (let c = 7; c >= 0; c--) out += BASE32[Math.floor(bits / 2 ** (c * 5)) % 32];
   }
   return out;
+}
+
+const K = new Int32Array([
+  0x428a2f98,
+  0x71374491,
+  0xb5c0fbcf,
+  0xe9b5dba5,
+  0x3956c25b,
+  0x59f111f1,
+  0x923f82a4,
+  0xab1c5ed5,
+  0xd807aa98,
+  0x12835b01,
+  0x243185be,
+  0x550c7dc3,
+  0x72be5d74,
+  0x80deb1fe,
+  0x9bdc06a7,
+  0xc19bf174,
+  0xe49b69c1,
+  0xefbe4786,
+  0x0fc19dc6,
+  0x240ca1cc,
+  0x2de92c6f,
+  0x4a7484aa,
+  0x5cb0a9dc,
+  0x76f988da,
+  0x983e5152,
+  0xa831c66d,
+  0xb00327c8,
+  0xbf597fc7,
+  0xc6e00bf3,
+  0xd5a79147,
+  0x06ca6351,
+  0x14292967,
+  0x27b70a85,
+  0x2e1b2138,
+  0x4d2c6dfc,
+  0x53380d13,
+  0x650a7354,
+  0x766a0abb,
+  0x81c2c92e,
+  0x92722c85,
+  0xa2bfe8a1,
+  0xa81a664b,
+  0xc24b8b70,
+  0xc76c51a3,
+  0xd192e819,
+  0xd6990624,
+  0xf40e3585,
+  0x106aa070,
+  0x19a4c116,
+  0x1e376c08,
+  0x2748774c,
+  0x34b0bcb5,
+  0x391c0cb3,
+  0x4ed8aa4a,
+  0x5b9cca4f,
+  0x682e6ff3,
+  0x748f82ee,
+  0x78a5636f,
+  0x84c87814,
+  0x8cc70208,
+  0x90befffa,
+  0xa4506ceb,
+  0xbef9a3f7,
+  0xc67178f2,
+]);
+const encoder = new TextEncoder();
+let input = new Uint8Array(256);
+const words = new Int32Array(64);
+const state = new Int32Array(8);
+
+/**
+ * SHA-256 of the UTF-8 text, as eight big-endian 32-bit words (in a buffer reused by the next
+ * call). Written out because a chain name is hashed per endpoint and sync — 110,000 times at
+ * 10k×10 — and node:crypto's `createHash` cost ~2.5 µs and a few hundred bytes of garbage each.
+ */
+function sha256(text: string): Int32Array {
+  if (input.length < text.length * 3 + 72) input = new Uint8Array(text.length * 3 + 72);
+  const { written } = encoder.encodeInto(text, input);
+  const blocks = ((written + 8) >> 6) + 1;
+  input.fill(0, written, blocks * 64);
+  input[written] = 0x80;
+  const bits = written * 8;
+  input[blocks * 64 - 4] = bits >>> 24;
+  input[blocks * 64 - 3] = bits >>> 16;
+  input[blocks * 64 - 2] = bits >>> 8;
+  input[blocks * 64 - 1] = bits;
+  state.set([
+    0x6a09e667,
+    0xbb67ae85,
+    0x3c6ef372,
+    0xa54ff53a,
+    0x510e527f,
+    0x9b05688c,
+    0x1f83d9ab,
+    0x5be0cd19,
+  ]);
+  for (let block = 0; block < blocks; block++) {
+    const o = block * 64;
+    for (let i = 0; i < 16; i++) {
+      const j = o + i * 4;
+      words[i] = (input[j] << 24) | (input[j + 1] << 16) | (input[j + 2] << 8) | input[j + 3];
+    }
+    for (let i = 16; i < 64; i++) {
+      const w15 = words[i - 15];
+      const w2 = words[i - 2];
+      const s0 = ((w15 >>> 7) | (w15 << 25)) ^ ((w15 >>> 18) | (w15 << 14)) ^ (w15 >>> 3);
+      const s1 = ((w2 >>> 17) | (w2 << 15)) ^ ((w2 >>> 19) | (w2 << 13)) ^ (w2 >>> 10);
+      words[i] = (words[i - 16] + s0 + words[i - 7] + s1) | 0;
+    }
+    let a = state[0], b = state[1], c = state[2], d = state[3];
+    let e = state[4], f = state[5], g = state[6], h = state[7];
+    for (let i = 0; i < 64; i++) {
+      const s1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
+      const t1 = (h + s1 + ((e & f) ^ (~e & g)) + K[i] + words[i]) | 0;
+      const s0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
+      const t2 = (s0 + ((a & b) ^ (a & c) ^ (b & c))) | 0;
+      h = g;
+      g = f;
+      f = e;
+      e = (d + t1) | 0;
+      d = c;
+      c = b;
+      b = a;
+      a = (t1 + t2) | 0;
+    }
+    state[0] += a;
+    state[1] += b;
+    state[2] += c;
+    state[3] += d;
+    state[4] += e;
+    state[5] += f;
+    state[6] += g;
+    state[7] += h;
+  }
+  return state;
 }

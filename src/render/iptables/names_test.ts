@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
+import { createHash } from "node:crypto";
 import { formatServicePortName, type ServicePortName } from "../../model/service_port.ts";
 import { comment, endpointChainName, isServiceChainName, serviceChainNames } from "./names.ts";
 
@@ -83,4 +84,29 @@ Deno.test("comment() keeps readable text and cannot end the quote or the line", 
   );
   assert.equal(comment('a" -j ACCEPT\n-A X'), '-m comment --comment "a_ -j ACCEPT_-A X"');
   assert.equal(comment("x".repeat(400)).length, '-m comment --comment ""'.length + 255);
+});
+
+Deno.test("chain names hash exactly like sha256 (upstream's), at any length and for any characters", () => {
+  const base32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+  const reference = (text: string) => {
+    const d = createHash("sha256").update(text).digest();
+    let out = "";
+    for (let group = 0; group < 2; group++) {
+      let bits = 0;
+      for (let i = 0; i < 5; i++) bits = bits * 256 + d[group * 5 + i];
+      for (let c = 7; c >= 0; c--) out += base32[Math.floor(bits / 2 ** (c * 5)) % 32];
+    }
+    return out;
+  };
+  // Lengths across SHA-256's one-, two- and three-block inputs; ASCII and CJK names.
+  for (let length = 0; length < 200; length += 7) {
+    for (const first of [97, 0x4e00]) {
+      const name = Array.from({ length }, (_, i) => String.fromCharCode(first + (i % 26))).join("");
+      const spn = { namespace: "ns", name, port: "http", protocol: "TCP" as const };
+      assert.equal(
+        endpointChainName(spn, "10.0.0.1:80"),
+        `KUBE-SEP-${reference(`ns/${name}:http` + "tcp" + "10.0.0.1:80")}`,
+      );
+    }
+  }
 });

@@ -17,7 +17,7 @@ import type { Config } from "../../config/config.ts";
 import { familyOf, type IPFamily } from "../../model/service_port.ts";
 import type { Plan, Planner, PlannerInput, SyncRequest } from "../planner.ts";
 import { iptablesRenderOptions } from "./options.ts";
-import { IptablesSyncer } from "./syncer.ts";
+import { IptablesSyncer, type IptablesSyncPlan } from "./syncer.ts";
 
 /** Options of an {@link IptablesPlanner}. */
 export interface IptablesPlannerOptions {
@@ -43,16 +43,17 @@ export class IptablesPlanner implements Planner {
     this.#syncers = new Map(families.map((f) => [f, new IptablesSyncer()]));
   }
 
-  plan(input: PlannerInput, request: SyncRequest): Plan {
+  plan(input: PlannerInput, request: SyncRequest): IptablesPlan {
     // Nothing changed: nothing to render (the options only change with the node, the service
     // CIDRs — a full sync — or endpoints, which would be in `changed`).
     const syncers = [...this.#syncers.values()];
     if (!request.full && request.changed.size === 0 && syncers.every((s) => s.hasApplied)) {
-      return { script: "", full: false, servicePortsChanged: 0, commit: () => {} };
+      return iptablesPlan([]);
     }
     const totals = countEndpoints(input);
-    const plans = [...this.#syncers].map(([family, syncer]) =>
-      syncer.plan(
+    return iptablesPlan([...this.#syncers].map(([family, syncer]) => ({
+      family,
+      plan: syncer.plan(
         input,
         request,
         iptablesRenderOptions(this.#config, {
@@ -62,19 +63,52 @@ export class IptablesPlanner implements Planner {
           totalEndpoints: totals[family],
           conntrackTCPLiberal: this.#liberal,
         }, family),
-      )
-    );
-    return {
-      script: plans.map((p) => p.script).join(""),
-      full: plans.some((p) => p.full),
-      servicePortsChanged: Math.max(0, ...plans.map((p) => p.servicePortsChanged)),
-      commit: () => plans.forEach((p) => p.commit()),
-    };
+      ),
+    })));
   }
 
   reset(): void {
     this.#syncers.forEach((s) => s.reset());
   }
+}
+
+/** One family's part of an {@link IptablesPlan}. */
+export interface FamilyPlan {
+  readonly family: IPFamily;
+  readonly plan: IptablesSyncPlan;
+}
+
+/**
+ * A plan of the iptables planner. Its full sections are rendered only as they are consumed: the
+ * applier streams {@link sections} to `iptables-restore`; reading {@link Plan.script} writes the
+ * whole text (a dry run, tests).
+ */
+export interface IptablesPlan extends Plan {
+  /** Both families' sections, IPv4 first; a family with nothing to change is left out. */
+  readonly sections: readonly FamilyPlan[];
+}
+
+/** True for a plan of {@link IptablesPlanner} (the applier can stream it). */
+export function isIptablesPlan(plan: Plan): plan is IptablesPlan {
+  return "sections" in plan && Array.isArray((plan as IptablesPlan).sections);
+}
+
+function iptablesPlan(families: readonly FamilyPlan[]): IptablesPlan {
+  const sections = families.filter((f) => f.plan.full || f.plan.script !== "");
+  let script: string | undefined;
+  return {
+    sections,
+    get script() {
+      return script ??= sections.map((s) => s.plan.script).join("");
+    },
+    empty: sections.length === 0,
+    get bytes() {
+      return script?.length ?? sections.reduce((n, s) => n + s.plan.sentBytes, 0);
+    },
+    full: families.some((f) => f.plan.full),
+    servicePortsChanged: Math.max(0, ...families.map((f) => f.plan.servicePortsChanged)),
+    commit: () => families.forEach((f) => f.plan.commit()),
+  };
 }
 
 /** Endpoints per family of the service ports in the state (upstream's large-cluster count). */

@@ -180,32 +180,59 @@ export function missingJumps(saved: SavedTables): JumpRule[] {
   return JUMP_RULES.filter((jump) => !saved[jump.table].rules.some((r) => isJump(r, jump)));
 }
 
+/** What a full-sync section of one family needs from the kernel's current rules. */
+export interface Reconciliation {
+  /** `-I` of each missing jump rule, per table, to run right after the declarations. */
+  readonly first: Readonly<Record<Table, readonly string[]>>;
+  /**
+   * Given the nat chains the section declares: per-service chains an earlier process left that
+   * can be deleted (no foreign rule jumps to them, nor to a stale chain kept for one).
+   */
+  stale(declared: ReadonlySet<string>): string[];
+}
+
+/** The {@link Reconciliation} of one family's saved tables. */
+export function reconciliation(saved: SavedTables): Reconciliation {
+  const first: Record<Table, string[]> = { filter: [], nat: [] };
+  for (const jump of missingJumps(saved)) {
+    first[jump.table].push(`-I ${jump.chain} ${jumpRuleSpec(jump)}`);
+  }
+  return {
+    first,
+    stale: (declared) => {
+      const stale = [...saved.nat.chains].filter((c) => isServiceChainName(c) && !declared.has(c));
+      const foreignTargets = referencedFrom(
+        saved.nat,
+        (chain) => !declared.has(chain) && !isServiceChainName(chain),
+      );
+      const deletable = new Set(stale.filter((c) => !foreignTargets.has(c)));
+      // A stale chain kept for a foreign rule keeps the stale chains it jumps to.
+      for (const kept of stale.filter((c) => !deletable.has(c))) {
+        for (const r of saved.nat.rules) if (r.chain === kept) deletable.delete(targetOf(r) ?? "");
+      }
+      return [...deletable];
+    },
+  };
+}
+
 /**
  * Completes a full-sync restore section of one family with what the kernel's current rules
  * call for: `-I` of every missing jump rule, and flush + `-X` of every per-service chain left
  * by an earlier process that the section does not declare (unless a foreign rule jumps to it).
+ * (The applier does the same while streaming a planned section: see {@link reconciliation}.)
  */
 export function reconcileSection(section: string, saved: SavedTables): string {
   const declared = declaredChains(section);
-  const stale = [...saved.nat.chains].filter((c) => isServiceChainName(c) && !declared.nat.has(c));
-  const foreignTargets = referencedFrom(
-    saved.nat,
-    (chain) => !declared.nat.has(chain) && !isServiceChainName(chain),
-  );
-  const deletable = new Set(stale.filter((c) => !foreignTargets.has(c)));
-  // A stale chain kept for a foreign rule keeps the stale chains it jumps to.
-  for (const kept of stale.filter((c) => !deletable.has(c))) {
-    for (const r of saved.nat.rules) if (r.chain === kept) deletable.delete(targetOf(r) ?? "");
-  }
+  const { first, stale } = reconciliation(saved);
+  const drop = stale(declared.nat);
   let result = section;
   for (const table of ["filter", "nat"] as const) {
-    const jumps = missingJumps(saved).filter((j) => j.table === table);
-    const lines = jumps.map((j) => `-I ${j.chain} ${jumpRuleSpec(j)}`);
-    const drop = table === "nat" ? [...deletable] : [];
+    const lines = first[table];
+    const dropped = table === "nat" ? drop : [];
     result = insertIntoTable(result, table, {
-      declare: drop,
+      declare: dropped,
       first: lines,
-      last: drop.map((c) => `-X ${c}`),
+      last: dropped.map((c) => `-X ${c}`),
     });
   }
   return result;

@@ -68,7 +68,7 @@ export type FixedChains = Record<Table, Map<string, string[]>>;
  * filter KUBE-SERVICES).
  */
 export function renderFixedChains(
-  fragments: Iterable<Fragment>,
+  fragments: Iterable<Pick<Fragment, "shared" | "clusterIP" | "service">>,
   options: IptablesRenderOptions,
 ): FixedChains {
   const tables: FixedChains = { filter: new Map(), nat: new Map() };

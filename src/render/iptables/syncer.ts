@@ -21,7 +21,7 @@
  *
  * @module
  */
-import type { ServicePort } from "../../model/service_port.ts";
+import { familyOf, type ServicePort } from "../../model/service_port.ts";
 import type { SyncInput, SyncRequest } from "../planner.ts";
 import { CANARY, FIXED_CHAINS, type Table } from "./names.ts";
 import type { IptablesRenderOptions } from "./options.ts";
@@ -30,28 +30,77 @@ import {
   type Fragment,
   renderFixedChains,
   renderServicePort,
+  type SharedRule,
 } from "./ruleset.ts";
 import { renderTable, sectionHeader } from "./script.ts";
 
 /** A planned family section; call {@link commit} once `iptables-restore` has accepted it. */
 export interface IptablesSyncPlan {
-  /** The section (header included), or "" when nothing is to change. */
+  /**
+   * The section (header included), or "" when nothing is to change. A full section is written
+   * only when this is read: the applier streams {@link chunks} instead.
+   */
   readonly script: string;
   readonly full: boolean;
+  /**
+   * A full section planned with nothing applied before (the first sync, or after `reset()`):
+   * only the kernel's whole tables can tell what an earlier process left behind.
+   */
+  readonly fresh: boolean;
   /** Number of service ports whose rules the plan changes. */
   readonly servicePortsChanged: number;
+  /**
+   * The section, rendered piece by piece as it is consumed (each piece ends with a newline),
+   * completed with what only the kernel's current rules tell (see {@link SectionExtras}).
+   * Deterministic: every call renders the same text for the same extras.
+   */
+  chunks(extras?: SectionExtras): Generator<string>;
+  /** Characters of the section as last rendered whole (by {@link chunks} or {@link script}). */
+  readonly sentBytes: number;
   /** Records the plan as applied. */
   commit(): void;
 }
 
+/** What the applier adds to a full section from the kernel's current rules. */
+export interface SectionExtras {
+  /** Lines right after a table's declarations (our missing jump rules, `-I …`). */
+  readonly first?: Partial<Record<Table, readonly string[]>>;
+  /**
+   * Given every nat chain the section declares, leftover chains to flush and delete at the end
+   * of the nat part.
+   */
+  readonly stale?: (declared: ReadonlySet<string>) => readonly string[];
+  /**
+   * Put a `-S` listing (to stdout, discarded) after the nat part's first lines when the
+   * section names more chains than this (estimated as service ports + endpoints): iptables-nft
+   * then caches the whole table instead of keeping a per-command chain list (see
+   * `withWholeTableCache` in apply/iptables.ts). Absent: never.
+   */
+  readonly wholeTableCacheAbove?: number;
+}
+
+/** What was applied for one service port: its fixed-chain share and its chains' digests. */
+interface AppliedPort {
+  readonly shared: readonly SharedRule[];
+  readonly clusterIP: string;
+  readonly service: string;
+  /** Its own chains, in order. */
+  readonly names: readonly string[];
+  /** The {@link digest} of each chain's rules, as {@link names}; the rules are not kept. */
+  readonly digests: Float64Array;
+}
+
 interface Applied {
   readonly optionsKey: string;
-  /** Fragments in KUBE-SERVICES order. */
-  readonly fragments: Map<string, Fragment>;
+  /** Service ports in KUBE-SERVICES order. */
+  readonly ports: Map<string, AppliedPort>;
   readonly fixed: FixedChains;
 }
 
 const TABLES: readonly Table[] = ["filter", "nat"];
+
+/** Size of the pieces {@link IptablesSyncPlan.chunks} yields (characters, about). */
+const CHUNK = 64 * 1024;
 
 /** Plans the restore sections of one family. */
 export class IptablesSyncer {
@@ -77,51 +126,100 @@ export class IptablesSyncer {
     return this.#planPartial(input, request.changed, options, applied);
   }
 
+  /**
+   * A full section, rendered service port by service port while it is consumed, never whole:
+   * nat first (each port's chains declared and filled, then the fixed chains, whose rules are
+   * kept, then leftovers deleted), then filter (its rules come from every port's share), then
+   * the mangle canary. What it applied is recorded while rendering: each port's share of the
+   * fixed chains and a digest per chain.
+   */
   #planFull(
     input: SyncInput,
     options: IptablesRenderOptions,
     optionsKey: string,
   ): IptablesSyncPlan {
     const previous = this.#applied;
-    const fragments = new Map<string, Fragment>();
-    for (const key of [...input.services.keys()].sort()) {
-      const fragment = render(input, key, options);
-      if (fragment) fragments.set(key, fragment);
-    }
-    const fixed = renderFixedChains(fragments.values(), options);
-    const serviceChains = new Set<string>();
-    const natDeclare = [...FIXED_CHAINS.nat];
-    const natRules = [...fixed.nat.values()].flat();
-    for (const fragment of fragments.values()) {
-      for (const [name, rules] of fragment.chains) {
-        serviceChains.add(name);
-        natDeclare.push(name);
-        for (const rule of rules) natRules.push(rule);
+    const keys = [...input.services.keys()].sort();
+    let rendered: Applied | null = null;
+    let sentBytes = 0;
+    const record = (applied: Applied | null) => {
+      this.#applied = applied;
+    };
+    function* chunks(extras: SectionExtras = {}): Generator<string> {
+      const ports = new Map<string, AppliedPort>();
+      const declared = new Set<string>(FIXED_CHAINS.nat);
+      let bytes = 0;
+      let buffer = sectionHeader(options.family, true) + "\n*nat\n";
+      const line = (text: string) => {
+        buffer += text + "\n";
+      };
+      for (const chain of FIXED_CHAINS.nat) line(`:${chain} - [0:0]`);
+      for (const rule of extras.first?.nat ?? []) line(rule);
+      if (extras.wholeTableCacheAbove !== undefined) {
+        let chains = keys.length;
+        for (const key of keys) chains += input.endpoints.get(key)?.length ?? 0;
+        if (chains > extras.wholeTableCacheAbove) line("-S");
       }
-    }
-    const stale: string[] = [];
-    for (const fragment of previous?.fragments.values() ?? []) {
-      for (const name of fragment.chains.keys()) if (!serviceChains.has(name)) stale.push(name);
-    }
-    const script = sectionHeader(options.family, true) + "\n" +
-      renderTable({
+      for (const key of keys) {
+        const fragment = render(input, key, options);
+        if (fragment === null) continue;
+        for (const name of fragment.chains.keys()) {
+          line(`:${name} - [0:0]`);
+          declared.add(name);
+        }
+        for (const rules of fragment.chains.values()) for (const rule of rules) line(rule);
+        ports.set(key, appliedPort(fragment));
+        if (buffer.length >= CHUNK) {
+          bytes += buffer.length;
+          yield buffer;
+          buffer = "";
+        }
+      }
+      const fixed = renderFixedChains(ports.values(), options);
+      for (const rules of fixed.nat.values()) {
+        for (const rule of rules) line(rule);
+        if (buffer.length >= CHUNK) {
+          bytes += buffer.length;
+          yield buffer;
+          buffer = "";
+        }
+      }
+      const stale = new Set(extras.stale?.(declared) ?? []);
+      for (const port of previous?.ports.values() ?? []) {
+        for (const name of port.names) if (!declared.has(name)) stale.add(name);
+      }
+      for (const name of stale) line(`:${name} - [0:0]`);
+      for (const name of stale) line(`-X ${name}`);
+      buffer += "COMMIT\n";
+      buffer += renderTable({
         table: "filter",
         declare: FIXED_CHAINS.filter,
-        rules: [...fixed.filter.values()].flat(),
-      }) +
-      renderTable({
-        table: "nat",
-        declare: [...natDeclare, ...stale],
-        rules: natRules,
-        trailer: stale.map((name) => `-X ${name}`),
-      }) +
-      renderTable({ table: "mangle", declare: [CANARY], rules: [] });
+        rules: [...(extras.first?.filter ?? []), ...[...fixed.filter.values()].flat()],
+      });
+      buffer += renderTable({ table: "mangle", declare: [CANARY], rules: [] });
+      bytes += buffer.length;
+      yield buffer;
+      rendered = { optionsKey, ports, fixed };
+      sentBytes = bytes;
+    }
+    let script: string | undefined;
     return {
-      script,
+      get script() {
+        return script ??= [...chunks()].join("");
+      },
+      get sentBytes() {
+        return sentBytes;
+      },
       full: true,
-      servicePortsChanged: fragments.size,
+      fresh: previous === null,
+      servicePortsChanged:
+        keys.filter((key) =>
+          input.services.get(key)!.clusterIPs.some((ip) => familyOf(ip) === options.family)
+        ).length,
+      chunks,
       commit: () => {
-        this.#applied = { optionsKey, fragments, fixed };
+        if (rendered === null) drain(chunks());
+        record(rendered);
       },
     };
   }
@@ -132,30 +230,31 @@ export class IptablesSyncer {
     options: IptablesRenderOptions,
     applied: Applied,
   ): IptablesSyncPlan {
-    const replaced = new Map<string, Fragment | null>();
+    const replaced = new Map<string, { fragment: Fragment; port: AppliedPort } | null>();
     for (const key of changed) {
       const fragment = render(input, key, options);
-      if (!sameFragment(applied.fragments.get(key) ?? null, fragment)) replaced.set(key, fragment);
+      const port = fragment === null ? null : appliedPort(fragment);
+      if (!samePort(applied.ports.get(key) ?? null, port)) {
+        replaced.set(key, fragment === null ? null : { fragment, port: port! });
+      }
     }
-    if (replaced.size === 0) {
-      return { script: "", full: false, servicePortsChanged: 0, commit: () => {} };
-    }
+    if (replaced.size === 0) return partialPlan("", 0, () => {});
     // The fixed chains are re-assembled (O(all service ports)) only when a changed port's
     // share of them changed: an endpoint change leaves them alone.
-    const reassemble = [...replaced].some(([key, fragment]) =>
-      !sameShare(applied.fragments.get(key) ?? null, fragment)
+    const reassemble = [...replaced].some(([key, now]) =>
+      !sameShare(applied.ports.get(key) ?? null, now?.port ?? null)
     );
-    let fragments = applied.fragments;
+    let ports = applied.ports;
     let fixed = applied.fixed;
     const declare: Record<Table, string[]> = { filter: [], nat: [] };
     const rules: Record<Table, string[]> = { filter: [], nat: [] };
     if (reassemble) {
-      fragments = new Map(applied.fragments);
-      for (const [key, fragment] of replaced) {
-        if (fragment) fragments.set(key, fragment);
-        else fragments.delete(key);
+      ports = new Map(applied.ports);
+      for (const [key, now] of replaced) {
+        if (now) ports.set(key, now.port);
+        else ports.delete(key);
       }
-      fixed = renderFixedChains(fragments.values(), options);
+      fixed = renderFixedChains(ports.values(), options);
       for (const table of TABLES) {
         for (const [chain, wanted] of fixed[table]) {
           if (sameRules(applied.fixed[table].get(chain) ?? [], wanted)) continue;
@@ -165,16 +264,18 @@ export class IptablesSyncer {
       }
     }
     const stale: string[] = [];
-    for (const [key, fragment] of replaced) {
-      const before = applied.fragments.get(key)?.chains ?? new Map<string, readonly string[]>();
-      const after = fragment?.chains ?? new Map<string, readonly string[]>();
-      for (const [name, wanted] of after) {
-        const had = before.get(name);
-        if (had !== undefined && sameRules(had, wanted)) continue;
+    for (const [key, now] of replaced) {
+      const before = applied.ports.get(key) ?? null;
+      const after = now?.port ?? null;
+      for (const [name, wanted] of now?.fragment.chains ?? []) {
+        const had = digestOf(before, name);
+        if (had !== undefined && had === digestOf(after, name)) continue;
         declare.nat.push(name);
         rules.nat.push(...wanted);
       }
-      for (const name of before.keys()) if (!after.has(name)) stale.push(name);
+      for (const name of before?.names ?? []) {
+        if (digestOf(after, name) === undefined) stale.push(name);
+      }
     }
     const script = sectionHeader(options.family, false) + "\n" +
       renderTable({ table: "filter", declare: declare.filter, rules: rules.filter }) +
@@ -184,19 +285,33 @@ export class IptablesSyncer {
         rules: rules.nat,
         trailer: stale.map((name) => `-X ${name}`),
       });
-    return {
-      script,
-      full: false,
-      servicePortsChanged: replaced.size,
-      commit: () => {
-        if (fragments === applied.fragments) {
-          // Same keys, same order: replace the changed ports' fragments in place.
-          for (const [key, fragment] of replaced) fragments.set(key, fragment!);
-        }
-        this.#applied = { optionsKey: applied.optionsKey, fragments, fixed };
-      },
-    };
+    return partialPlan(script, replaced.size, () => {
+      if (ports === applied.ports) {
+        // Same keys, same order: replace the changed ports in place.
+        for (const [key, now] of replaced) ports.set(key, now!.port);
+      }
+      this.#applied = { optionsKey: applied.optionsKey, ports, fixed };
+    });
   }
+}
+
+/** Renders a whole section into nothing (to record what it applies). */
+function drain(chunks: Iterable<string>): void {
+  for (const chunk of chunks) chunk.length;
+}
+
+function partialPlan(script: string, changed: number, commit: () => void): IptablesSyncPlan {
+  return {
+    script,
+    sentBytes: script.length,
+    full: false,
+    fresh: false,
+    servicePortsChanged: changed,
+    chunks: function* () {
+      if (script !== "") yield script;
+    },
+    commit,
+  };
 }
 
 function render(input: SyncInput, key: string, options: IptablesRenderOptions): Fragment | null {
@@ -205,28 +320,62 @@ function render(input: SyncInput, key: string, options: IptablesRenderOptions): 
   return renderServicePort(port, input.endpoints.get(key) ?? [], options);
 }
 
+function appliedPort(fragment: Fragment): AppliedPort {
+  const names = [...fragment.chains.keys()];
+  const digests = new Float64Array(names.length);
+  names.forEach((name, i) => digests[i] = digest(fragment.chains.get(name)!));
+  // Kept for every port: flattened, without the pieces they were concatenated from.
+  for (const { rule } of fragment.shared) rule.charCodeAt(0);
+  return {
+    shared: fragment.shared,
+    clusterIP: fragment.clusterIP,
+    service: fragment.service,
+    names,
+    digests,
+  };
+}
+
+/** The digest of one of a port's chains, or undefined when it has no such chain. */
+function digestOf(port: AppliedPort | null, name: string): number | undefined {
+  const i = port === null ? -1 : port.names.indexOf(name);
+  return i < 0 ? undefined : port!.digests[i];
+}
+
+/**
+ * A 53-bit digest of a chain's rules (two 32-bit multiplicative hashes of the text, with its
+ * length folded in), kept instead of the rules: like upstream's per-chain hashes, it tells
+ * whether a chain must be rewritten, for a fraction of the memory.
+ */
+export function digest(rules: readonly string[]): number {
+  let a = 0x811c9dc5;
+  let b = rules.length;
+  for (const rule of rules) {
+    for (let i = 0; i < rule.length; i++) {
+      const c = rule.charCodeAt(i);
+      a = Math.imul(a ^ c, 0x01000193);
+      b = Math.imul(b ^ c, 0x5bd1e995);
+      b ^= b >>> 15;
+    }
+    a = Math.imul(a ^ 10, 0x01000193);
+    b = Math.imul(b ^ rule.length, 0x5bd1e995);
+  }
+  return (a >>> 0) * 0x200000 + ((b >>> 0) & 0x1fffff);
+}
+
 function sameRules(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((rule, i) => rule === b[i]);
 }
 
 /** Same rules in the fixed chains and same cluster IP (a removed or added port never is). */
-function sameShare(a: Fragment | null, b: Fragment | null): boolean {
+function sameShare(a: AppliedPort | null, b: AppliedPort | null): boolean {
   if (a === null || b === null) return false;
   if (a.clusterIP !== b.clusterIP || a.service !== b.service) return false;
   return a.shared.length === b.shared.length &&
     a.shared.every((r, i) => r.rule === b.shared[i].rule && r.table === b.shared[i].table);
 }
 
-function sameFragment(a: Fragment | null, b: Fragment | null): boolean {
+function samePort(a: AppliedPort | null, b: AppliedPort | null): boolean {
   if (a === null || b === null) return a === b;
-  if (a.clusterIP !== b.clusterIP || a.service !== b.service) return false;
-  if (a.shared.length !== b.shared.length || a.chains.size !== b.chains.size) return false;
-  if (!a.shared.every((r, i) => r.rule === b.shared[i].rule && r.table === b.shared[i].table)) {
-    return false;
-  }
-  for (const [name, rules] of a.chains) {
-    const other = b.chains.get(name);
-    if (other === undefined || !sameRules(rules, other)) return false;
-  }
-  return true;
+  if (!sameShare(a, b) || a.names.length !== b.names.length) return false;
+  return a.names.every((name, i) => name === b.names[i] && a.digests[i] === b.digests[i]);
 }
