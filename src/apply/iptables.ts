@@ -201,17 +201,32 @@ export async function restoreStreamed(
     // One buffer for every piece: a write resolves once the pipe took the bytes, and 500
     // pieces' own buffers would wait for a garbage collection to be freed.
     const bytes = new Uint8Array(STREAM_BUFFER_BYTES);
+    const pieces = render()[Symbol.iterator]();
     try {
-      for (const chunk of render()) {
-        for (let rest = chunk; rest !== "";) {
+      for (;;) {
+        let piece: IteratorResult<string>;
+        try {
+          piece = pieces.next();
+        } catch (err) {
+          // Rendering failed half-way: end the program before it reads an end of input, so
+          // no more of this script is committed, and say what failed rather than its exit.
+          child.kill("SIGKILL");
+          await child.status;
+          throw err;
+        }
+        if (piece.done) break;
+        for (let rest = piece.value; rest !== "";) {
           const { read, written } = encoder.encodeInto(rest, bytes);
-          await writer.write(bytes.subarray(0, written));
+          await writer.write(bytes.subarray(0, written)).catch(() => {
+            throw PIPE_CLOSED;
+          });
           rest = rest.slice(read);
         }
       }
-      await writer.close();
-    } catch {
-      // The program exited early (a refused line) and closed the pipe: its status tells why.
+      await writer.close().catch(() => {});
+    } catch (err) {
+      // PIPE_CLOSED: the program exited early (a refused line); its status tells why.
+      if (err !== PIPE_CLOSED) throw err;
     }
     const status = await child.status;
     const stderr = await stderrText;
@@ -230,6 +245,9 @@ export async function restoreStreamed(
     clearTimeout(timer);
   }
 }
+
+/** Thrown inside {@link restoreStreamed} when the program closed its input early. */
+const PIPE_CLOSED = new Error("the restore program closed its input");
 
 /** Size of the buffer {@link restoreStreamed} encodes each piece into. */
 const STREAM_BUFFER_BYTES = 256 * 1024;

@@ -12,6 +12,7 @@ import {
   IptablesApplyError,
   readConntrackTCPLiberal,
   restoreSection,
+  restoreStreamed,
   runIptables,
   withWholeTableCache,
 } from "./iptables.ts";
@@ -232,5 +233,27 @@ Deno.test({
       const saved = await k.save("IPv4", "nft");
       assert.equal([...saved.nat.chains].filter((c) => c.startsWith("KUBE-SEP-")).length, 2);
     });
+  },
+});
+
+Deno.test({
+  name:
+    "restoreStreamed() whose rendering fails half-way commits none of that section and throws the rendering's error, at once",
+  ignore: kernelGate.ignore,
+  fn: async () => {
+    for (const backend of BACKENDS) {
+      await withIptablesScratch(async (k) => {
+        const broken = new Error("a bug in a renderer");
+        function* render(): Generator<string> {
+          yield "*nat\n:KUBE-HALF - [0:0]\n-A KUBE-HALF -j RETURN\n";
+          throw broken;
+        }
+        const started = performance.now();
+        await assert.rejects(restoreStreamed(render, "IPv4", { netns: k.ns, backend }), broken);
+        // The program is ended, not left waiting for the rest until the time limit.
+        assert.ok(performance.now() - started < 20_000, backend);
+        assert.doesNotMatch(await k.saveText("IPv4", backend), /KUBE-HALF/, backend);
+      });
+    }
   },
 });
