@@ -152,8 +152,12 @@ set -- "$@" --build-arg "BUILD=${BUILD:-compile}"
 [ -n "${BASE_IMAGE:-}" ] && set -- "$@" --build-arg "BASE_IMAGE=$BASE_IMAGE"
 [ -n "${DENORT_BIN:-}" ] && set -- "$@" --build-arg "DENORT_BIN=$DENORT_BIN"
 # A machine that reaches the npm registry through a TLS-inspecting proxy trusts its CA through
-# SSL_CERT_FILE or DENO_CERT: the build's Deno is given the same bundle (podman mounts it).
+# SSL_CERT_FILE or DENO_CERT, else the system bundle: the build's Deno is given the same bundle
+# (podman mounts it; Deno adds it to its own roots).
 ca="${DENO_CERT:-${SSL_CERT_FILE:-}}"
+if [ -z "$ca" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+  ca=/etc/ssl/certs/ca-certificates.crt
+fi
 if [ "$engine" = podman ] && [ -n "$ca" ] && [ -r "$ca" ]; then
   set -- "$@" --volume "$ca:/run/knp-build-ca.crt:ro" --build-arg DENO_CERT=/run/knp-build-ca.crt
 fi
