@@ -4,7 +4,7 @@ import { NftPlanner } from "../render/nft/planner.ts";
 import { ProxyState } from "../tracker/proxy_state.ts";
 import { endpointSlice, service } from "../../tests/fixtures/objects.ts";
 import { kernelGate, withScratch } from "../../tests/nft_scratch.ts";
-import { NftApplyError } from "./nft.ts";
+import { deleteTables, NftApplyError, tableExists, tableFamilies } from "./nft.ts";
 
 Deno.test({
   name: "applyNft() refused halfway through leaves the previous ruleset byte-for-byte in place",
@@ -31,5 +31,24 @@ Deno.test({
       assert.ok(error instanceof NftApplyError, String(error));
       assert.equal(error.line, broken.split("\n").length - 1, "names the failing line");
       assert.equal(`${await k.list("ip")}${await k.list("ip6")}`, before);
+    }),
+});
+
+Deno.test({
+  name:
+    "tableExists() tells a present table from an absent one without changing either, and deleteTables() removes only ours where present",
+  ignore: kernelGate.ignore,
+  fn: () =>
+    withScratch(async (k) => {
+      const nft = { netns: k.ns };
+      await k.load("add table ip kube-nftproxy\nadd table ip6 someone-else\n");
+      assert.equal(await tableExists("ip", "kube-nftproxy", nft), true);
+      assert.equal(await tableExists("ip6", "kube-nftproxy", nft), false);
+      assert.equal(await tableExists("inet", "kube-nftproxy-trace", nft), false);
+      // Asking created nothing.
+      assert.deepEqual(await tableFamilies("kube-nftproxy", nft), ["ip"]);
+      await deleteTables("kube-nftproxy", nft);
+      assert.deepEqual(await tableFamilies("kube-nftproxy", nft), []);
+      assert.equal(await tableExists("ip6", "someone-else", nft), true);
     }),
 });
