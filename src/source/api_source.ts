@@ -17,6 +17,7 @@ import type { ObjectKind, RawObject, Source, SourceHandler } from "./events.ts";
 import { type ApiConnection, connectApi } from "./api_connection.ts";
 import { ApiEventRecorder, type EventRecorder, NO_EVENTS, proxyEvents } from "./event_recorder.ts";
 import { Reflector } from "./reflector.ts";
+import type { ReflectorOptions } from "./reflector_options.ts";
 
 export { ApiConfigError } from "./api_connection.ts";
 
@@ -76,16 +77,11 @@ export interface ApiSourceOptions {
   inClusterPathPrefix?: string;
 }
 
-/** What each kind is read from. */
-interface KindSpec {
-  kind: ObjectKind;
-  apiVersion: string;
-  path: string;
-  labelSelector?: string;
-  fieldSelector?: string;
-  optional?: boolean;
-  fallback?: { apiVersion: string; path: string };
-}
+/** What each kind is read from: the reflector's own options for it. */
+type KindSpec = Pick<
+  ReflectorOptions,
+  "kind" | "apiVersion" | "path" | "labelSelector" | "fieldSelector" | "optional" | "fallback"
+>;
 
 /**
  * A {@link Source} backed by the Kubernetes API.
