@@ -44,7 +44,13 @@ export async function createBackend(config: Config, context: BackendContext): Pr
     ...backend,
     proxier: async (families) => {
       const proxier = await backend.proxier(families);
-      const removeOthers = () => removeOtherModes(config, context);
+      // One clean-up whichever of apply and applyPlan (iptables mode's full syncs) comes first.
+      let removed = false;
+      const removeOthers = async () => {
+        if (removed) return;
+        removed = true;
+        await removeOtherModes(config, context);
+      };
       const warn = (err: unknown) => {
         context.log.warn(`cannot remove the other mode's rules: ${(err as Error).message}`);
         context.cleanupFailed?.("the other mode's rules", err);
