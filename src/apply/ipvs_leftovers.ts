@@ -14,7 +14,12 @@
  * @module
  */
 import type { IPFamily } from "../model/service_port.ts";
-import { parseSave, type SavedTables } from "../render/iptables/reconcile.ts";
+import {
+  chainRemovalSection,
+  parseSave,
+  type SavedTables,
+  targetOf,
+} from "../render/iptables/reconcile.ts";
 import { type ProgramResult, runProgram } from "./program.ts";
 
 /** The dummy link ipvs mode puts every Service IP on (`DefaultDummyDevice` upstream). */
@@ -120,16 +125,12 @@ export function ipvsChainsCleanupScript(
       ),
     );
     if (candidates.size === 0) continue;
-    const target = (words: readonly string[]) => {
-      const i = words.findIndex((w) => w === "-j" || w === "-g" || w === "--jump");
-      return i < 0 ? undefined : words[i + 1];
-    };
     // A chain a foreign chain jumps to stays, with what it jumps to in turn.
     const kept = new Set<string>();
     for (let grew = true; grew;) {
       grew = false;
       for (const rule of t.rules) {
-        const to = target(rule.words);
+        const to = targetOf(rule);
         const from = rule.chain;
         const foreign = !BUILT_IN_CHAINS.has(from) && (!candidates.has(from) || kept.has(from));
         if (to !== undefined && candidates.has(to) && foreign && !kept.has(to)) {
@@ -141,15 +142,10 @@ export function ipvsChainsCleanupScript(
     const remove = [...candidates].filter((c) => !kept.has(c));
     if (remove.length === 0) continue;
     const jumps = t.rules.filter((r) => {
-      const to = target(r.words);
+      const to = targetOf(r);
       return BUILT_IN_CHAINS.has(r.chain) && to !== undefined && remove.includes(to);
     });
-    const lines = [`*${table}`];
-    for (const chain of remove) lines.push(`:${chain} - [0:0]`);
-    for (const rule of jumps) lines.push(`-D ${rule.chain} ${rule.spec}`);
-    for (const chain of remove) lines.push(`-X ${chain}`);
-    lines.push("COMMIT", "");
-    script += lines.join("\n");
+    script += chainRemovalSection(table, remove, jumps);
   }
   return script;
 }

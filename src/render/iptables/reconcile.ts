@@ -161,7 +161,7 @@ export function splitWords(spec: string): string[] {
 }
 
 /** The chain a rule jumps or goes to, if any. */
-function targetOf(rule: SavedRule): string | undefined {
+export function targetOf(rule: SavedRule): string | undefined {
   const i = rule.words.findIndex((w) =>
     w === "-j" || w === "-g" || w === "--jump" || w === "--goto"
   );
@@ -269,14 +269,26 @@ export function cleanupScript(saved: SavedTables): string {
     }
     const remove = [...ours].filter((c) => !keep.has(c));
     if (remove.length + jumps.length === 0) continue;
-    const lines = [`*${table}`];
-    for (const chain of remove) lines.push(`:${chain} - [0:0]`);
-    for (const r of jumps) lines.push(`-D ${r.chain} ${r.spec}`);
-    for (const chain of remove) lines.push(`-X ${chain}`);
-    lines.push("COMMIT", "");
-    script += lines.join("\n");
+    script += chainRemovalSection(table, remove, jumps);
   }
   return script;
+}
+
+/**
+ * One table's restore section that deletes the `jumps` (by their saved specification), then
+ * flushes and deletes the `chains` (declaring a chain flushes it, so `-X` finds it empty).
+ */
+export function chainRemovalSection(
+  table: string,
+  chains: readonly string[],
+  jumps: readonly SavedRule[],
+): string {
+  const lines = [`*${table}`];
+  for (const chain of chains) lines.push(`:${chain} - [0:0]`);
+  for (const r of jumps) lines.push(`-D ${r.chain} ${r.spec}`);
+  for (const chain of chains) lines.push(`-X ${chain}`);
+  lines.push("COMMIT", "");
+  return lines.join("\n");
 }
 
 /** Chains jumped to by rules of the chains `from` accepts. */
