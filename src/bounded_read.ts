@@ -47,17 +47,21 @@ export async function readFileBounded(path: string, maxBytes: number): Promise<U
       if (total > maxBytes) throw new InputTooLargeError(maxBytes);
       chunks.push(n === chunk.length ? chunk : chunk.subarray(0, n));
     }
-    if (chunks.length === 1) return chunks[0];
-    const bytes = new Uint8Array(total);
-    let offset = 0;
-    for (const chunk of chunks) {
-      bytes.set(chunk, offset);
-      offset += chunk.length;
-    }
-    return bytes;
+    return chunks.length === 1 ? chunks[0] : concatBytes(chunks, total);
   } finally {
     file.close();
   }
+}
+
+/** `parts` one after the other in one array of `length` bytes (their total). */
+export function concatBytes(parts: readonly Uint8Array[], length: number): Uint8Array {
+  const bytes = new Uint8Array(length);
+  let offset = 0;
+  for (const part of parts) {
+    bytes.set(part, offset);
+    offset += part.length;
+  }
+  return bytes;
 }
 
 /** The text of the file at `path` (UTF-8, invalid bytes replaced), read as {@link readFileBounded}. */

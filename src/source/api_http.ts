@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { formatBytes } from "../bounded_read.ts";
+import { concatBytes, formatBytes } from "../bounded_read.ts";
 import { Slices } from "./slices.ts";
 
 /** The API server answered with an error status (HTTP status or a watch `ERROR` event). */
@@ -138,7 +138,7 @@ export async function* readLines(
   const take = (last: Uint8Array): string => {
     if (pendingBytes + last.length > maxLineBytes) throw tooLarge("a line", maxLineBytes);
     if (pending.length === 0) return decoder.decode(last);
-    const line = concat([...pending, last], pendingBytes + last.length);
+    const line = concatBytes([...pending, last], pendingBytes + last.length);
     pending = [];
     pendingBytes = 0;
     return decoder.decode(line);
@@ -166,16 +166,6 @@ export async function* readLines(
 
 function tooLarge(what: string, maxBytes: number): ResponseTooLargeError {
   return new ResponseTooLargeError(`the server sent ${what} larger than ${formatBytes(maxBytes)}`);
-}
-
-function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
-  const bytes = new Uint8Array(length);
-  let offset = 0;
-  for (const part of parts) {
-    bytes.set(part, offset);
-    offset += part.length;
-  }
-  return bytes;
 }
 
 /** Waits `ms`, or less when `signal` aborts (the timer is cleared then). */
