@@ -9,7 +9,6 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { node, serviceCIDR } from "../fixtures/objects.ts";
 import {
   createNamespace,
@@ -19,11 +18,10 @@ import {
   shortId,
   startProcess,
 } from "../netns/netns.ts";
-import { cacheProxyDependencies } from "./proxy_harness.ts";
+import { cacheProxyDependencies, MAIN } from "./proxy_harness.ts";
 import { stringify } from "./yaml.ts";
 
 const gate = await netnsTestGate();
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 
 /** A file as an install guide of some years ago writes it: removed fields, ipvs, a repeated key. */
 const GUIDE_CONFIG = [

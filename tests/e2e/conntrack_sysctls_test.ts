@@ -9,11 +9,10 @@
 import assert from "node:assert/strict";
 import { node, serviceCIDR } from "../fixtures/objects.ts";
 import { createNamespace, deleteNamespace, netnsTestGate, run, shortId } from "../netns/netns.ts";
-import { cacheProxyDependencies } from "./proxy_harness.ts";
+import { cacheProxyDependencies, MAIN } from "./proxy_harness.ts";
 import { stringify } from "./yaml.ts";
 
 const gate = await netnsTestGate();
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 const SYSCTLS = "/proc/sys/net/netfilter";
 
 async function sysctl(name: string, ns?: string): Promise<number> {

@@ -24,11 +24,10 @@ import {
   type NamespacedApiServer,
   startNamespacedApiServer,
 } from "./namespaced_api_server.ts";
-import { type RunningDaemon, startDaemon } from "./proxy_harness.ts";
+import { MAIN, type RunningDaemon, startDaemon } from "./proxy_harness.ts";
 
 const gate = await netnsTestGate();
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 const KUBEADM_CONFIGMAP = fileURLToPath(
   new URL("../fixtures/kubeadm-kube-proxy-configmap.yaml", import.meta.url),
 );

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { endpointSlice, node, service, serviceCIDR } from "../fixtures/objects.ts";
 import { createNamespace, deleteNamespace, netnsTestGate, run, shortId } from "../netns/netns.ts";
-import { cacheProxyDependencies } from "./proxy_harness.ts";
+import { cacheProxyDependencies, MAIN } from "./proxy_harness.ts";
 import { stringify } from "./yaml.ts";
 import { applyNft } from "../../src/apply/nft.ts";
 import type { DryRunDiff } from "../../src/dryrun/table_diff.ts";
@@ -18,7 +18,6 @@ import type { RawObject } from "../../src/source/events.ts";
 import { listTables, tableText } from "../property/cluster.ts";
 
 const gate = await netnsTestGate();
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 
 function cluster(webEndpoints: string[], withOther: boolean): RawObject[] {
   return [

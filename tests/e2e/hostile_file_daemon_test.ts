@@ -20,11 +20,10 @@ import {
 import { endpointSlice, node, service, serviceCIDR } from "../fixtures/objects.ts";
 import type { RawObject } from "../../src/source/events.ts";
 import { startNamespacedApiServer } from "./namespaced_api_server.ts";
-import { cacheProxyDependencies } from "./proxy_harness.ts";
+import { cacheProxyDependencies, MAIN } from "./proxy_harness.ts";
 import { stringify } from "./yaml.ts";
 
 const gate = await netnsTestGate();
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 const HEALTHZ = "http://127.0.0.1:10256/healthz";
 
 /** The alias bomb: nine levels, each repeating the one before ten times. */

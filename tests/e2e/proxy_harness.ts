@@ -15,7 +15,8 @@ import type { ManagedProcess } from "../netns/netns.ts";
 import type { Topology } from "../netns/topology.ts";
 import { NODE_NAME, POD_CIDR_V4, POD_CIDR_V6 } from "../fixtures/ip_plan.ts";
 
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
+/** The path of main.ts, as the e2e tests start the proxy. */
+export const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 const cached = new Map<string, Promise<void>>();
 
 /**

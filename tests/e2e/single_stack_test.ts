@@ -18,12 +18,11 @@ import {
 import { writeNftWithoutIPv6 } from "../fixtures/nft_without_ipv6.ts";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe } from "../netns/topology.ts";
-import { countLines, startProxy } from "./proxy_harness.ts";
+import { countLines, MAIN, startProxy } from "./proxy_harness.ts";
 import { probesToReachAll } from "./semantics_cases.ts";
 import { runNft } from "../../src/apply/nft.ts";
 
 const gate = await netnsTestGate();
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 
 Deno.test({
   name:

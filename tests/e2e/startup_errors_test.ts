@@ -19,10 +19,9 @@ import {
   shortId,
   startProcess,
 } from "../netns/netns.ts";
-import { cacheProxyDependencies } from "./proxy_harness.ts";
+import { cacheProxyDependencies, MAIN } from "./proxy_harness.ts";
 
 const gate = await netnsTestGate();
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 
 /** The alias bomb: nine levels, each repeating the one before ten times. */
 function aliasBomb(): string {

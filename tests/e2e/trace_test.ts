@@ -15,12 +15,11 @@ import { NODE_NAME, POD_CIDR_V4, POD_CIDR_V6 } from "../fixtures/ip_plan.ts";
 import { node } from "../fixtures/objects.ts";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe, type Topology } from "../netns/topology.ts";
-import { cacheProxyDependencies, type RunningProxy, startProxy } from "./proxy_harness.ts";
+import { cacheProxyDependencies, MAIN, type RunningProxy, startProxy } from "./proxy_harness.ts";
 import { ADDR, NODE_PORTS, semanticsCluster } from "./semantics_cluster.ts";
 import { stringify } from "./yaml.ts";
 
 const gate = await netnsTestGate();
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 
 /** A `trace` process in the node namespace, its JSON lines collected. */
 interface RunningTrace {

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { netnsTestGate } from "../netns/netns.ts";
 import { createTopology, probe, type Topology } from "../netns/topology.ts";
-import { cacheProxyDependencies, startProxy } from "./proxy_harness.ts";
+import { cacheProxyDependencies, MAIN, startProxy } from "./proxy_harness.ts";
 import { endpointSlice, node, service } from "../fixtures/objects.ts";
 import { upstreamNftScript } from "../fixtures/upstream_nft.ts";
 import {
@@ -19,7 +19,6 @@ import {
 } from "../fixtures/ip_plan.ts";
 
 const gate = await netnsTestGate();
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
 
 const test = (name: string, fn: () => Promise<void>) =>
   Deno.test({ name, ignore: gate.ignore, sanitizeOps: false, sanitizeResources: false, fn });
