@@ -84,12 +84,15 @@ function nftProxier(
     ? netlinkServiceCounterReader
     : nftServiceCounterReader;
   const counters = new ServiceCounters(counterReader(table, { ...nft, families: nftFamilies }));
-  /** The script of the last full plan: applying it is a full sync. */
-  let fullScript: string | null = null;
+  /**
+   * Whether the last plan was full: the sync loop applies each plan right after making it, so
+   * the next apply is a full sync. A flag, not the script: that would keep megabytes alive.
+   */
+  let fullPlanned = false;
   const syncPlanner: Planner = {
     plan: (input, request) => {
       const plan = planner.plan(input, request);
-      fullScript = plan.full ? plan.script : null;
+      fullPlanned = plan.full;
       return plan;
     },
     reset: () => planner.reset(),
@@ -97,9 +100,11 @@ function nftProxier(
   return {
     planner: syncPlanner,
     apply: async (script) => {
+      const full = fullPlanned;
+      fullPlanned = false;
       await applyNft(script, nft);
       // Best effort: a leftover trace only costs traced packets, never a sync.
-      if (script === fullScript) await removeLeftoverTrace(table, nft).catch(() => {});
+      if (full) await removeLeftoverTrace(table, nft).catch(() => {});
     },
     rulesIntact: nftRulesChecker(table, { ...nft, families: nftFamilies }),
     cleanStaleAffinity: () => cleanStaleAffinity(planner, { table, ...nft }),
