@@ -122,27 +122,30 @@ async function runScript(
 }
 
 /**
- * Deletes our table in the `families` (default both), if present, one family at a time (a
- * kernel refusing one family still gets the other cleaned). Other tables are never touched.
- * Throws the first family's error after trying them all.
+ * Deletes table `table` in the `families` (default both), if present, one family at a time (a
+ * kernel refusing one family still gets the other cleaned), and resolves with the families it
+ * was deleted from. Other tables are never touched. Throws the first family's error after
+ * trying them all.
  */
 export async function deleteTables(
   table: string,
   options: NftRunnerOptions & { families?: readonly string[] } = {},
-): Promise<void> {
+): Promise<string[]> {
   const errors: unknown[] = [];
+  const deleted: string[] = [];
   for (const family of options.families ?? ["ip", "ip6"]) {
-    // Asked first: a `delete table` reads the ruleset's cache (seconds beside iptables-nft's
-    // rules of 10k Services), and the table is usually not there.
-    await tableExists(family, table, options)
-      .then((present) =>
-        present
-          ? applyNft(`add table ${family} ${table}\ndelete table ${family} ${table}\n`, options)
-          : undefined
-      )
-      .catch((err) => errors.push(err));
+    try {
+      // Asked first: a `delete table` reads the ruleset's cache (seconds beside iptables-nft's
+      // rules of 10k Services), and the table is usually not there.
+      if (!(await tableExists(family, table, options))) continue;
+      await applyNft(`add table ${family} ${table}\ndelete table ${family} ${table}\n`, options);
+      deleted.push(family);
+    } catch (err) {
+      errors.push(err);
+    }
   }
   if (errors.length > 0) throw errors[0];
+  return deleted;
 }
 
 /**

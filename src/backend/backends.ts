@@ -8,7 +8,7 @@
  * @module
  */
 import { removeIpvsLeftovers } from "../apply/ipvs_leftovers.ts";
-import { deleteTables, tableFamilies } from "../apply/nft.ts";
+import { deleteTables } from "../apply/nft.ts";
 import { FIXED_CHAINS } from "../render/iptables/names.ts";
 import type { Config, ProxyMode } from "../config/config.ts";
 import type { Backend, BackendContext, BackendModule } from "./backend.ts";
@@ -123,9 +123,8 @@ export async function removeUpstreamTables(
 ): Promise<void> {
   if (config.tableName === UPSTREAM_NFT_TABLE) return;
   const nft = { nftPath: context.nftPath, netns: context.netns };
-  const families = await tableFamilies(UPSTREAM_NFT_TABLE, nft);
+  const families = await deleteTables(UPSTREAM_NFT_TABLE, nft);
   if (families.length === 0) return;
-  await deleteTables(UPSTREAM_NFT_TABLE, { ...nft, families });
   const names = families.map((family) => `${family} ${UPSTREAM_NFT_TABLE}`).join(", ");
   context.log.info(`removed kube-proxy's nftables tables left on this node (${names})`);
 }
