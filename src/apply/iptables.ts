@@ -418,6 +418,7 @@ export async function applyIptablesPlan(
       wholeTableCacheAbove: (options.backend ?? "nft") === "nft"
         ? options.wholeTableCacheChains ?? WHOLE_TABLE_CACHE_CHAINS
         : undefined,
+      sortedDeclarations: options.backend === "legacy",
     };
     await restoreStreamed(() => section.chunks(extras), family, options);
   }

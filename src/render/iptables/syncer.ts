@@ -23,7 +23,7 @@
  */
 import { familyOf, type ServicePort } from "../../model/service_port.ts";
 import type { SyncInput, SyncRequest } from "../planner.ts";
-import { CANARY, FIXED_CHAINS, type Table } from "./names.ts";
+import { CANARY, FIXED_CHAINS, NAT, type Table } from "./names.ts";
 import type { IptablesRenderOptions } from "./options.ts";
 import {
   type FixedChains,
@@ -77,6 +77,16 @@ export interface SectionExtras {
    * `withWholeTableCache` in apply/iptables.ts). Absent: never.
    */
   readonly wholeTableCacheAbove?: number;
+  /**
+   * Declare every nat chain first, sorted by name (`KUBE-MARK-MASQ` last), then the rules — for
+   * iptables-legacy, whose libiptc keeps chains in a sorted list and walks all of it every 355
+   * new chains: chains created in name order lie in memory in list order, and 110,000 of them
+   * load ~25% faster (10k×10 here). `KUBE-MARK-MASQ` last puts it first in xtables' bucket of
+   * known chain names, where 110,000 `-j KUBE-MARK-MASQ` look it up. Every service port is
+   * rendered once for its chain names before the first is sent, and again for its rules.
+   * iptables-nft gains nothing from the order (measured: slower), so it is not used there.
+   */
+  readonly sortedDeclarations?: boolean;
 }
 
 /** What was applied for one service port: its fixed-chain share and its chains' digests. */
@@ -153,26 +163,57 @@ export class IptablesSyncer {
       const line = (text: string) => {
         buffer += text + "\n";
       };
-      for (const chain of FIXED_CHAINS.nat) line(`:${chain} - [0:0]`);
-      for (const rule of extras.first?.nat ?? []) line(rule);
-      if (extras.wholeTableCacheAbove !== undefined) {
-        let chains = keys.length;
-        for (const key of keys) chains += input.endpoints.get(key)?.length ?? 0;
-        if (chains > extras.wholeTableCacheAbove) line("-S");
-      }
-      for (const key of keys) {
-        const fragment = render(input, key, options);
-        if (fragment === null) continue;
-        for (const name of fragment.chains.keys()) {
-          line(`:${name} - [0:0]`);
-          declared.add(name);
+      if (extras.sortedDeclarations) {
+        // Rendered twice, names first: holding the rules instead (~33 MB at 10k×10) took the
+        // daemon's peak over 300 MiB.
+        for (const key of keys) {
+          const fragment = render(input, key, options);
+          if (fragment === null) continue;
+          for (const name of fragment.chains.keys()) declared.add(name);
+          ports.set(key, appliedPort(fragment));
         }
-        for (const rules of fragment.chains.values()) for (const rule of rules) line(rule);
-        ports.set(key, appliedPort(fragment));
-        if (buffer.length >= CHUNK) {
-          bytes += buffer.length;
-          yield buffer;
-          buffer = "";
+        const names = [...declared].filter((name) => name !== NAT.markMasq).sort();
+        for (const name of [...names, NAT.markMasq]) {
+          line(`:${name} - [0:0]`);
+          if (buffer.length >= CHUNK) {
+            bytes += buffer.length;
+            yield buffer;
+            buffer = "";
+          }
+        }
+        for (const rule of extras.first?.nat ?? []) line(rule);
+        for (const key of keys) {
+          const fragment = render(input, key, options);
+          if (fragment === null) continue;
+          for (const rules of fragment.chains.values()) for (const rule of rules) line(rule);
+          if (buffer.length >= CHUNK) {
+            bytes += buffer.length;
+            yield buffer;
+            buffer = "";
+          }
+        }
+      } else {
+        for (const chain of FIXED_CHAINS.nat) line(`:${chain} - [0:0]`);
+        for (const rule of extras.first?.nat ?? []) line(rule);
+        if (extras.wholeTableCacheAbove !== undefined) {
+          let chains = keys.length;
+          for (const key of keys) chains += input.endpoints.get(key)?.length ?? 0;
+          if (chains > extras.wholeTableCacheAbove) line("-S");
+        }
+        for (const key of keys) {
+          const fragment = render(input, key, options);
+          if (fragment === null) continue;
+          for (const name of fragment.chains.keys()) {
+            line(`:${name} - [0:0]`);
+            declared.add(name);
+          }
+          for (const rules of fragment.chains.values()) for (const rule of rules) line(rule);
+          ports.set(key, appliedPort(fragment));
+          if (buffer.length >= CHUNK) {
+            bytes += buffer.length;
+            yield buffer;
+            buffer = "";
+          }
         }
       }
       const fixed = renderFixedChains(ports.values(), options);

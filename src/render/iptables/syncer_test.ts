@@ -82,6 +82,36 @@ Deno.test("IptablesSyncer's first plan is a full section: every fixed chain, the
   assert.equal(d.nat.filter((c) => c.startsWith("KUBE-SEP-")).length, 1);
 });
 
+Deno.test("IptablesSyncer's full section for iptables-legacy declares every nat chain first, by name, KUBE-MARK-MASQ last, with the same rules", () => {
+  const { state, syncer } = setup();
+  state.onEvent({ kind: "Service", current: web() });
+  state.onEvent({ kind: "EndpointSlice", current: slice(["10.244.1.11", "10.244.1.12"]) });
+  state.onEvent({ kind: "Service", current: web("db", "10.96.0.11") });
+  state.onEvent({ kind: "EndpointSlice", current: slice(["10.244.2.11"], "db") });
+  const { changed } = state.takeChanges();
+  const plan = syncer.plan(
+    state,
+    { full: true, changed },
+    iptablesRenderOptions(config, state, "IPv4"),
+  );
+  const nat = (script: string) => script.slice(script.indexOf("*nat"), script.indexOf("COMMIT"));
+  const usual = [...plan.chunks()].join("");
+  const sorted = [...plan.chunks({ sortedDeclarations: true })].join("");
+  const body = nat(sorted).split("\n").slice(1).filter((l) => l !== "");
+  const declarations = body.filter((l) => l.startsWith(":"));
+  assert.deepEqual(body.slice(0, declarations.length), declarations, "declarations come first");
+  const names = declarations.map((l) => l.slice(1).split(" ")[0]);
+  assert.equal(names.at(-1), "KUBE-MARK-MASQ");
+  assert.deepEqual(names.slice(0, -1), [...names.slice(0, -1)].sort());
+  assert.ok(names.includes(WEB.cluster) && names.includes(DB.cluster));
+  // The same section otherwise: the same lines, each chain's rules in the same order.
+  const lineSet = (script: string) => nat(script).split("\n").slice(1).sort();
+  assert.deepEqual(lineSet(sorted), lineSet(usual));
+  const rulesOf = (script: string, chain: string) => lines(nat(script), `-A ${chain} `);
+  for (const chain of names) assert.deepEqual(rulesOf(sorted, chain), rulesOf(usual, chain));
+  assert.equal(sorted.slice(sorted.indexOf("COMMIT")), usual.slice(usual.indexOf("COMMIT")));
+});
+
 Deno.test("IptablesSyncer plans nothing without a change", () => {
   const { state, sync } = setup();
   state.onEvent({ kind: "Service", current: web() });
