@@ -140,13 +140,15 @@ export function convertEndpointSlice(raw: unknown): SliceConversion {
 }
 
 function sliceEndpoint(e: Record<string, unknown>, ip: string): SliceEndpoint {
+  const conditions = e.conditions;
   const condition = (key: string) => {
-    const value = get(e, "conditions", key);
+    const value = isObject(conditions) ? conditions[key] : undefined;
     return typeof value === "boolean" ? value : undefined;
   };
   const ready = condition("ready") ?? true;
+  const hints = e.hints;
   const hintNames = (key: string): readonly string[] | null => {
-    const list = get(e, "hints", key);
+    const list = isObject(hints) ? hints[key] : undefined;
     if (!Array.isArray(list)) return null;
     return Object.freeze(
       list.map((h) => get(h, "name")).filter((n): n is string => typeof n === "string"),
@@ -190,14 +192,20 @@ export function mergeSlices(
         const id = `${ep.ip}|${port.port}`;
         const existing = endpoints.get(id);
         if (existing !== undefined && (existing.ready || !ep.ready)) continue;
-        endpoints.set(
-          id,
-          Object.freeze({
-            ...ep,
-            port: port.port,
-            isLocal: hostname !== "" && ep.nodeName === hostname,
-          }),
-        );
+        // Written out rather than spread: one object shape, built several times faster.
+        const endpoint: Endpoint = {
+          ip: ep.ip,
+          ready: ep.ready,
+          serving: ep.serving,
+          terminating: ep.terminating,
+          nodeName: ep.nodeName,
+          zone: ep.zone,
+          zoneHints: ep.zoneHints,
+          nodeHints: ep.nodeHints,
+          port: port.port,
+          isLocal: hostname !== "" && ep.nodeName === hostname,
+        };
+        endpoints.set(id, Object.freeze(endpoint));
       }
     }
   }
