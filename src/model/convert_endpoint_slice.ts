@@ -176,7 +176,8 @@ export function mergeSlices(
   slices: Iterable<SliceInfo>,
   hostname: string,
 ): Map<string, Endpoint[]> {
-  const byPort = new Map<string, Map<string, Endpoint>>();
+  /** Per service port: its endpoints by `ip` (the first port number seen) or `ip|port`. */
+  const byPort = new Map<string, { firstPort: number; endpoints: Map<string, Endpoint> }>();
   const sorted = [...slices].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
   for (const slice of sorted) {
     for (const port of slice.ports) {
@@ -186,10 +187,16 @@ export function mergeSlices(
         port: port.name,
         protocol: port.protocol,
       });
-      let endpoints = byPort.get(key);
-      if (endpoints === undefined) byPort.set(key, endpoints = new Map());
+      let entry = byPort.get(key);
+      if (entry === undefined) {
+        byPort.set(key, entry = { firstPort: port.port, endpoints: new Map() });
+      }
+      const { endpoints } = entry;
+      // Slices nearly always agree on the number: their endpoints are told apart by address
+      // alone, which spares building an `ip|port` string per endpoint.
+      const plain = port.port === entry.firstPort;
       for (const ep of slice.endpoints) {
-        const id = `${ep.ip}|${port.port}`;
+        const id = plain ? ep.ip : `${ep.ip}|${port.port}`;
         const existing = endpoints.get(id);
         if (existing !== undefined && (existing.ready || !ep.ready)) continue;
         // Written out rather than spread: one object shape, built several times faster.
@@ -210,6 +217,6 @@ export function mergeSlices(
     }
   }
   const result = new Map<string, Endpoint[]>();
-  for (const [key, endpoints] of byPort) result.set(key, [...endpoints.values()]);
+  for (const [key, { endpoints }] of byPort) result.set(key, [...endpoints.values()]);
   return result;
 }
