@@ -193,9 +193,9 @@ export class EndpointsChangeTracker {
   /** Folds pending changes into {@link endpoints}; returns the changed service port keys. */
   apply(): Set<string> {
     // Before the first apply the pending Services are those with a staged slice.
-    const pending = this.#staged === undefined ? this.#pending : this.#applied;
+    const folded = this.#staged === undefined ? this.#pending : this.#applied;
     this.#appliedTriggerTimes = [];
-    for (const service of pending.keys()) {
+    for (const service of folded.keys()) {
       this.#appliedTriggerTimes.push(...this.#triggerTimes.get(service) ?? []);
     }
     this.#triggerTimes.clear();
