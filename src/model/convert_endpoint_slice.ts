@@ -140,13 +140,15 @@ export function convertEndpointSlice(raw: unknown): SliceConversion {
 }
 
 function sliceEndpoint(e: Record<string, unknown>, ip: string): SliceEndpoint {
+  const conditions = e.conditions;
   const condition = (key: string) => {
-    const value = get(e, "conditions", key);
+    const value = isObject(conditions) ? conditions[key] : undefined;
     return typeof value === "boolean" ? value : undefined;
   };
   const ready = condition("ready") ?? true;
+  const hints = e.hints;
   const hintNames = (key: string): readonly string[] | null => {
-    const list = get(e, "hints", key);
+    const list = isObject(hints) ? hints[key] : undefined;
     if (!Array.isArray(list)) return null;
     return Object.freeze(
       list.map((h) => get(h, "name")).filter((n): n is string => typeof n === "string"),
@@ -174,7 +176,8 @@ export function mergeSlices(
   slices: Iterable<SliceInfo>,
   hostname: string,
 ): Map<string, Endpoint[]> {
-  const byPort = new Map<string, Map<string, Endpoint>>();
+  /** Per service port: its endpoints by `ip` (the first port number seen) or `ip|port`. */
+  const byPort = new Map<string, { firstPort: number; endpoints: Map<string, Endpoint> }>();
   const sorted = [...slices].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
   for (const slice of sorted) {
     for (const port of slice.ports) {
@@ -184,24 +187,36 @@ export function mergeSlices(
         port: port.name,
         protocol: port.protocol,
       });
-      let endpoints = byPort.get(key);
-      if (endpoints === undefined) byPort.set(key, endpoints = new Map());
+      let entry = byPort.get(key);
+      if (entry === undefined) {
+        byPort.set(key, entry = { firstPort: port.port, endpoints: new Map() });
+      }
+      const { endpoints } = entry;
+      // Slices nearly always agree on the number: their endpoints are told apart by address
+      // alone, which spares building an `ip|port` string per endpoint.
+      const plain = port.port === entry.firstPort;
       for (const ep of slice.endpoints) {
-        const id = `${ep.ip}|${port.port}`;
+        const id = plain ? ep.ip : `${ep.ip}|${port.port}`;
         const existing = endpoints.get(id);
         if (existing !== undefined && (existing.ready || !ep.ready)) continue;
-        endpoints.set(
-          id,
-          Object.freeze({
-            ...ep,
-            port: port.port,
-            isLocal: hostname !== "" && ep.nodeName === hostname,
-          }),
-        );
+        // Written out rather than spread: one object shape, built several times faster.
+        const endpoint: Endpoint = {
+          ip: ep.ip,
+          ready: ep.ready,
+          serving: ep.serving,
+          terminating: ep.terminating,
+          nodeName: ep.nodeName,
+          zone: ep.zone,
+          zoneHints: ep.zoneHints,
+          nodeHints: ep.nodeHints,
+          port: port.port,
+          isLocal: hostname !== "" && ep.nodeName === hostname,
+        };
+        endpoints.set(id, Object.freeze(endpoint));
       }
     }
   }
   const result = new Map<string, Endpoint[]>();
-  for (const [key, endpoints] of byPort) result.set(key, [...endpoints.values()]);
+  for (const [key, { endpoints }] of byPort) result.set(key, [...endpoints.values()]);
   return result;
 }

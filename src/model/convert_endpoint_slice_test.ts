@@ -67,3 +67,19 @@ Deno.test("mergeSlices() merges several slices and deduplicates an endpoint, pre
     ["10.244.1.12", true, true],
   ]);
 });
+
+Deno.test("mergeSlices() keeps an address once per port number where slices disagree on the number", () => {
+  const at = (name: string, port: number, ips: (string | { ip: string; ready: boolean })[]) =>
+    slice(endpointSlice({ name, service: "web", ports: [{ name: "http", port }], endpoints: ips }));
+  const merged = mergeSlices([
+    at("web-c", 9090, ["10.244.1.11"]),
+    at("web-a", 8080, ["10.244.1.11", "10.244.1.12"]),
+    at("web-b", 9090, [{ ip: "10.244.1.11", ready: false }, "10.244.1.13"]),
+  ], "node-a");
+  assert.deepEqual(merged.get("default/web:http/TCP")!.map((e) => [e.ip, e.port, e.ready]), [
+    ["10.244.1.11", 8080, true],
+    ["10.244.1.12", 8080, true],
+    ["10.244.1.11", 9090, true],
+    ["10.244.1.13", 9090, true],
+  ]);
+});

@@ -13,6 +13,10 @@
 import ipaddr from "ipaddr.js";
 import type { IPFamily } from "./service_port.ts";
 
+/** A dotted-quad IPv4 address in canonical form: four parts 0-255 without leading zeros. */
+const CANONICAL_IPV4 =
+  /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
+
 /** A parsed address: canonical text and family, or the reason it was refused. */
 export type ParsedAddress =
   | { ok: true; address: string; family: IPFamily }
@@ -37,6 +41,8 @@ export function parseAddress(text: unknown): ParsedAddress {
   if (typeof text !== "string" || text === "") {
     return { ok: false, reason: `${JSON.stringify(text ?? null)} is not an IP address` };
   }
+  // Nearly every address an API object holds is already canonical IPv4: it is its own answer.
+  if (CANONICAL_IPV4.test(text)) return { ok: true, address: text, family: "IPv4" };
   const invalid: ParsedAddress = { ok: false, reason: `"${text}" is not a valid IP address` };
   if (text.includes(":")) {
     if (!ipaddr.IPv6.isValid(text) || text.includes("%")) return invalid;

@@ -25,9 +25,26 @@ Deno.test("parseAddress() reads leading zeros as decimal and mapped IPv6 as IPv4
   assert.equal(cidr.ok && cidr.cidr, "10.244.0.0/16");
 });
 
+Deno.test("parseAddress() takes every canonical IPv4 address as it is written", () => {
+  for (const ip of ["0.0.0.0", "1.2.3.4", "9.99.199.249", "255.255.255.255", "10.244.0.100"]) {
+    assert.deepEqual(parseAddress(ip), { ok: true, address: ip, family: "IPv4" });
+  }
+});
+
 Deno.test("parseAddress() refuses invalid text", () => {
   for (
-    const bad of ["10.0.0.300", "0256.0.0.1", "1.2.3", "1.2.3.4.5", "", "fe80::1%eth0", "a.b.c.d"]
+    const bad of [
+      "10.0.0.300",
+      "0256.0.0.1",
+      "1.2.3",
+      "1.2.3.4.5",
+      "",
+      "fe80::1%eth0",
+      "a.b.c.d",
+      "256.1.1.1",
+      "1.2.3.4\n",
+      " 1.2.3.4",
+    ]
   ) {
     assert.equal(parseAddress(bad).ok, false, bad);
   }

@@ -210,15 +210,19 @@ export async function watchedRequest<T>(
   const stop = () => controller.abort(signal.reason);
   signal.addEventListener("abort", stop, { once: true });
   let idle = false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  // A kick only notes the time (it comes once per watch event: 10,000s in a watch-list); the
+  // one timer, when it fires, looks at how long it has really been quiet and waits the rest.
+  let lastProgress = Date.now();
   const kick = () => {
-    clearTimeout(timer);
-    timer = setTimeout(() => {
-      idle = true;
-      controller.abort(new IdleTimeoutError(`nothing received for ${idleTimeoutMs} ms`));
-    }, idleTimeoutMs);
+    lastProgress = Date.now();
   };
-  kick();
+  const check = () => {
+    const quietMs = Date.now() - lastProgress;
+    if (quietMs < idleTimeoutMs) return void (timer = setTimeout(check, idleTimeoutMs - quietMs));
+    idle = true;
+    controller.abort(new IdleTimeoutError(`nothing received for ${idleTimeoutMs} ms`));
+  };
+  let timer: ReturnType<typeof setTimeout> | undefined = setTimeout(check, idleTimeoutMs);
   try {
     const response = await get(path, controller.signal);
     kick();

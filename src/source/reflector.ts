@@ -15,7 +15,10 @@
  *   `ADDED` event from its watch cache, then a bookmark annotated `k8s.io/initial-events-end`,
  *   and the same connection goes on as the watch. A server that refuses it (422 before 1.27 or
  *   with the WatchList feature off) or ends the stream before that bookmark is not asked again:
- *   the reflector falls back to LIST.
+ *   the reflector falls back to LIST. The first initial state is handed on object by object as
+ *   it streams in (nothing syncs before every kind is listed, and each object's JSON is let go
+ *   as soon as it is converted); a later one (a relist after `410 Gone`) is taken in whole at
+ *   its end bookmark, as client-go's watch-list does, so a running proxy never syncs half of it.
  * - LIST semantics by `resourceVersion`, as client-go's `relistResourceVersion`: the first
  *   LIST asks for `resourceVersion=0` (any version, from the watch cache); a relist after a
  *   watch expired asks for the last version seen (not older than it, also from the cache,
@@ -84,6 +87,8 @@ export class Reflector {
   #lastSyncRVUnavailable = false;
   /** Whether the next initial state is asked for as a watch-list. */
   #watchListUsable: boolean;
+  /** An initial state has been taken in (listed or streamed) at least once. */
+  #listedOnce = false;
 
   /** Creates the reflector; nothing happens until {@link run}. */
   constructor(options: ReflectorOptions) {
@@ -305,6 +310,11 @@ export class Reflector {
       timeoutSeconds: String(timeoutSeconds),
     });
     const initial = new Map<string, RawObject>();
+    // The first initial state is handed on as it arrives: nothing can sync before every kind
+    // is listed, and each object is converted (and its JSON let go) while the rest streams in.
+    // Later ones (a relist after 410) are taken in whole at the end bookmark, as client-go's
+    // watch-list does, so that a running proxy never syncs a half-read relist.
+    const streamed = this.#store.size === 0 && !this.#listedOnce;
     let complete = false;
     const fallBack = (why: string) => {
       this.#watchListUsable = false;
@@ -330,7 +340,8 @@ export class Reflector {
           if (event.type === "BOOKMARK") {
             if (!initialEventsEnd(event.object) || rv === undefined) continue;
             complete = true;
-            await this.#replace(initial, rv);
+            if (streamed) this.#took(rv);
+            else await this.#replace(initial, rv);
             this.#lastSyncRVUnavailable = false;
             this.#absent = false;
             this.#backoff.reset();
@@ -345,7 +356,8 @@ export class Reflector {
           const key = objectKey(this.#o.kind, typed);
           if (key === undefined) {
             this.#o.log(`skipping a listed ${this.#o.kind} without a name or namespace`);
-          } else initial.set(key, typed);
+          } else if (streamed) this.#arrived(key, typed);
+          else initial.set(key, typed);
         }
         return complete || fallBack("the stream ended before its initial-events-end bookmark");
       });
@@ -364,6 +376,7 @@ export class Reflector {
    * emitted in slices, so that a list of 50,000 objects never holds the event loop.
    */
   async #replace(next: Map<string, RawObject>, resourceVersion: string | undefined): Promise<void> {
+    this.#listedOnce = true;
     const events = relistEvents(this.#o.kind, this.#store, next);
     this.#store = new Map([...next].map(([key, object]) => [key, remembered(object)]));
     this.#rv = resourceVersion;
@@ -374,6 +387,25 @@ export class Reflector {
       this.#emit(event);
       await slices.pause();
     }
+  }
+
+  /**
+   * One object of a streamed first initial state: remembered and handed on at once, as an add
+   * (or, should the server send it twice, as the update a relist would make of it).
+   */
+  #arrived(key: string, object: RawObject): void {
+    const old = this.#store.get(key);
+    this.#store.set(key, remembered(object));
+    if (old === undefined) this.#emit({ kind: this.#o.kind, current: object });
+    else if (!sameVersion(old, object)) {
+      this.#emit({ kind: this.#o.kind, previous: old, current: object });
+    }
+  }
+
+  /** A streamed first initial state is complete at `resourceVersion`: the store holds it. */
+  #took(resourceVersion: string): void {
+    this.#listedOnce = true;
+    this.#rv = this.#lastSyncRV = resourceVersion;
   }
 
   /** One WATCH from {@link #rv}, until the server ends it; throws on anything else. */

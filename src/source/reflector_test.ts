@@ -305,7 +305,51 @@ Deno.test("Reflector lists instead when a server ignores sendInitialEvents and j
   try {
     await waitFor("the list", () => r.listed() === 1);
     assert.match(r.logs[0], /a MODIFIED event before the list ended\); listing instead/);
-    assert.deepEqual(r.events.map(summary), ["add a"]);
+    // The first object was handed on as it came; the LIST then brings it to its listed version.
+    assert.deepEqual(r.events.map(summary), ["add a", "update a"]);
+    assert.deepEqual(r.events[1].current?.metadata, listItem("a", "5").metadata);
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("Reflector hands on a first watch-list's objects as they arrive, a relist's only at its end", async () => {
+  const encoder = new TextEncoder();
+  const open = () => {
+    let controller!: ReadableStreamDefaultController<Uint8Array>;
+    const body = new ReadableStream<Uint8Array>({ start: (c) => void (controller = c) });
+    const send = (...events: unknown[]) =>
+      controller.enqueue(encoder.encode(events.map((e) => JSON.stringify(e) + "\n").join("")));
+    // Answers the request, and ends the body as a connection would when the request aborts.
+    const respond = (_path: string, signal: AbortSignal) => {
+      signal.addEventListener("abort", () => controller.error(signal.reason), { once: true });
+      return new Response(body);
+    };
+    return { respond, send, end: () => controller.close() };
+  };
+  const first = open();
+  const relist = open();
+  const r = scripted([
+    first.respond,
+    () => stream({ type: "ERROR", object: { kind: "Status", code: 410, reason: "Expired" } }),
+    relist.respond,
+  ], { watchList: true });
+  try {
+    first.send({ type: "ADDED", object: listItem("a", "4") });
+    await waitFor("a, before the list has ended", () => r.events.length === 1);
+    assert.equal(r.listed(), 0, "not listed before the end bookmark");
+    first.send({ type: "ADDED", object: listItem("b", "5") }, initialEventsEnd("6"));
+    await waitFor("the end bookmark", () => r.listed() === 1);
+    assert.deepEqual(r.events.map(summary), ["add a", "add b"]);
+    first.end();
+    // The watch from 6 expires: the relist comes as a watch-list, taken in whole at its end.
+    relist.send({ type: "ADDED", object: listItem("a", "7") });
+    await waitFor("the relist's request", () => r.paths.length === 3);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(r.events.length, 2, "nothing of a relist before its end bookmark");
+    relist.send(initialEventsEnd("8"));
+    await waitFor("the relist's end", () => r.listed() === 2);
+    assert.deepEqual(r.events.map(summary), ["add a", "add b", "update a", "delete b"]);
   } finally {
     await r.stop();
   }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { endpointSlice, type EndpointSpec } from "../../tests/fixtures/objects.ts";
 import { EndpointsChangeTracker } from "./endpoints_tracker.ts";
 
@@ -182,4 +183,85 @@ Deno.test("EndpointsChangeTracker reports the trigger times of the changes apply
   ]);
   t.apply();
   assert.deepEqual(t.appliedTriggerTimes, []);
+});
+
+/** One slice event of a generated cluster: slice `slice` now belongs to Service `service`. */
+interface SliceEvent {
+  slice: number;
+  /** A Service index; -1: the slice is deleted; -2: a refused slice (no service label). */
+  service: number;
+  ips: number;
+  ready: boolean;
+  triggered: number | null;
+}
+
+const sliceEvent = fc.record({
+  slice: fc.nat(149),
+  service: fc.integer({ min: -2, max: 99 }),
+  ips: fc.nat(3),
+  ready: fc.boolean(),
+  triggered: fc.option(fc.nat(1000)),
+});
+
+/**
+ * Feeds `events` to `t`, each as a change of the slice's last version (in `last`); returns
+ * update()'s answers with the pending count after each.
+ */
+function feed(t: EndpointsChangeTracker, events: SliceEvent[], last: Map<number, unknown>) {
+  return events.map((e) => {
+    let current: Record<string, unknown> | undefined;
+    if (e.service !== -1) {
+      const ips = Array.from({ length: e.ips }, (_, i) => ({
+        ip: `10.244.${e.slice}.${i + 1}`,
+        ready: e.ready,
+      }));
+      // An empty service-name label: the slice is refused.
+      current = slice(`s${e.slice}`, ips, e.service === -2 ? "" : `svc${e.service}`);
+      if (e.triggered !== null) {
+        (current.metadata as Record<string, unknown>).annotations = {
+          "endpoints.kubernetes.io/last-change-trigger-time": new Date(e.triggered * 1000)
+            .toISOString(),
+        };
+      }
+    }
+    const previous = last.get(e.slice);
+    if (previous === undefined && current === undefined) return [false, t.pendingCount];
+    if (current === undefined) last.delete(e.slice);
+    else last.set(e.slice, current);
+    return [t.update(previous, current), t.pendingCount];
+  });
+}
+
+Deno.test("EndpointsChangeTracker takes in an initial list as it arrives with the result of folding it at the first apply()", () => {
+  fc.assert(
+    fc.property(
+      fc.array(sliceEvent, { maxLength: 400 }),
+      fc.array(sliceEvent, { maxLength: 40 }),
+      (initial, later) => {
+        // `folded` has applied once already, so it keeps every change pending until apply().
+        const folded = tracker();
+        folded.apply();
+        const streamed = tracker();
+        const lastFolded = new Map<number, unknown>();
+        const lastStreamed = new Map<number, unknown>();
+        assert.deepEqual(feed(streamed, initial, lastStreamed), feed(folded, initial, lastFolded));
+        assert.equal(streamed.endpoints.size, 0, "nothing applied before apply()");
+        for (const round of [initial, later]) {
+          if (round === later) {
+            assert.deepEqual(feed(streamed, later, lastStreamed), feed(folded, later, lastFolded));
+          }
+          assert.deepEqual([...streamed.apply()].sort(), [...folded.apply()].sort());
+          const entries = (t: EndpointsChangeTracker) =>
+            [...t.endpoints].sort(([a], [b]) => a < b ? -1 : 1);
+          assert.deepEqual(entries(streamed), entries(folded));
+          assert.deepEqual(
+            [...streamed.appliedTriggerTimes].sort(),
+            [...folded.appliedTriggerTimes].sort(),
+          );
+          assert.equal(streamed.pendingCount, 0);
+        }
+      },
+    ),
+    { numRuns: 200 },
+  );
 });

@@ -4,7 +4,10 @@
  *
  * Events only record pending changes; {@link ProxyState.takeChanges} folds them in at the start
  * of a sync and reports what changed. Between two `takeChanges` calls the state is stable, so
- * a render always sees one consistent snapshot.
+ * a render always sees one consistent snapshot. The initial list is the exception to the work,
+ * not to the result: the trackers convert and merge it into staged maps as it arrives, and the
+ * first `takeChanges` swaps them in, reporting every service port as changed, as folding it all
+ * then would.
  *
  * @module
  */

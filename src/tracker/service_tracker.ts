@@ -6,6 +6,11 @@
  * sync after it renders nothing. {@link ServiceChangeTracker.apply} returns exactly the service
  * port keys whose record changed — the input of a partial sync.
  *
+ * Until the first `apply()` nothing is applied, so every Service seen is a change: the initial
+ * list is folded into a staged service-port map as it arrives (while the rest of the list
+ * streams in) and the first `apply()` only swaps it in, with the same result as folding it all
+ * then.
+ *
  * @module
  */
 import { convertService } from "../model/convert_service.ts";
@@ -27,8 +32,10 @@ interface Pending {
 
 /** Tracks Service changes between syncs and owns the applied service-port map. */
 export class ServiceChangeTracker {
-  /** Applied service ports by {@link servicePortKey}. Changed only by {@link apply}. */
-  readonly services: Map<string, ServicePort> = new Map();
+  #services = new Map<string, ServicePort>();
+  /** Before the first {@link apply}: the service ports of every Service seen, by key. */
+  #staged: Map<string, ServicePort> | undefined = new Map();
+  /** Ports per Service (`ns/name`): applied, or staged before the first {@link apply}. */
   readonly #byService = new Map<string, readonly ServicePort[]>();
   readonly #pending = new Map<string, Pending>();
   readonly #log: (line: string) => void;
@@ -39,9 +46,15 @@ export class ServiceChangeTracker {
     this.#onRejected = options.onRejected ?? (() => {});
   }
 
+  /** Applied service ports by {@link servicePortKey}. Changed only by {@link apply}. */
+  get services(): Map<string, ServicePort> {
+    return this.#services;
+  }
+
   /** Number of Services with a pending change. */
   get pendingCount(): number {
-    return this.#pending.size;
+    // Staged: every Service with a port differs from the empty applied state.
+    return this.#staged === undefined ? this.#pending.size : this.#byService.size;
   }
 
   /**
@@ -64,6 +77,7 @@ export class ServiceChangeTracker {
       this.#log(converted.message);
       this.#onRejected(converted.reason);
     }
+    if (this.#staged !== undefined) return this.#stage(id, ports, this.#staged);
     const pending = this.#pending.get(id) ??
       { previous: this.#byService.get(id) ?? [], current: [] };
     pending.current = ports;
@@ -72,15 +86,30 @@ export class ServiceChangeTracker {
     return this.#pending.has(id);
   }
 
+  /** Before the first {@link apply}: `id` now has `ports` in the staged map. */
+  #stage(id: string, ports: readonly ServicePort[], staged: Map<string, ServicePort>): boolean {
+    for (const port of this.#byService.get(id) ?? []) staged.delete(servicePortKey(port.name));
+    for (const port of ports) staged.set(servicePortKey(port.name), port);
+    if (ports.length > 0) this.#byService.set(id, ports);
+    else this.#byService.delete(id);
+    return ports.length > 0;
+  }
+
   /** Folds pending changes into {@link services}; returns the keys of changed service ports. */
   apply(): Set<string> {
+    if (this.#staged !== undefined) {
+      // Nothing was applied before: every staged port is new.
+      this.#services = this.#staged;
+      this.#staged = undefined;
+      return new Set(this.#services.keys());
+    }
     const changed = new Set<string>();
     for (const [id, { previous, current }] of this.#pending) {
       const before = new Map(previous.map((p) => [servicePortKey(p.name), p]));
-      for (const key of before.keys()) this.services.delete(key);
+      for (const key of before.keys()) this.#services.delete(key);
       for (const port of current) {
         const key = servicePortKey(port.name);
-        this.services.set(key, port);
+        this.#services.set(key, port);
         if (!sameJson(before.get(key), port)) changed.add(key);
         before.delete(key);
       }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { service } from "../../tests/fixtures/objects.ts";
 import { ServiceChangeTracker } from "./service_tracker.ts";
 
@@ -154,4 +155,46 @@ Deno.test("ServiceChangeTracker keeps Services apart by namespace", () => {
   t.update(service({ namespace: "a", name: "web", clusterIPs: ["10.96.0.1"] }), undefined);
   assert.deepEqual([...t.apply()], ["a/web:http/TCP"]);
   assert.deepEqual([...t.services.keys()], ["b/web:http/TCP"]);
+});
+
+Deno.test("ServiceChangeTracker takes in an initial list as it arrives with the result of folding it at the first apply()", () => {
+  // Each event: Service `index` is deleted (0), has one port (1), two ports (2) or is refused (3).
+  const events = fc.array(fc.tuple(fc.nat(79), fc.nat(3)), { maxLength: 300 });
+  const version = (index: number, shape: number) =>
+    shape === 0 ? undefined : service({
+      name: `svc${index}`,
+      clusterIPs: [shape === 3 ? "10.0.0.300" : `10.96.0.${index + 1}`],
+      ports: shape === 1
+        ? [{ name: "http", port: 80 }]
+        : [{ name: "http", port: 80 }, { name: "dns", port: 53, protocol: "UDP" }],
+    });
+  const feed = (t: ServiceChangeTracker, list: [number, number][], last: Map<number, unknown>) =>
+    list.map(([index, shape]) => {
+      const current = version(index, shape);
+      const previous = last.get(index);
+      if (previous === undefined && current === undefined) return [false, t.pendingCount];
+      if (current === undefined) last.delete(index);
+      else last.set(index, current);
+      return [t.update(previous, current), t.pendingCount];
+    });
+  fc.assert(
+    fc.property(events, events, (initial, later) => {
+      // `folded` has applied once already, so it keeps every change pending until apply().
+      const folded = tracker();
+      folded.apply();
+      const streamed = tracker();
+      const lastFolded = new Map<number, unknown>();
+      const lastStreamed = new Map<number, unknown>();
+      for (const round of [initial, later]) {
+        assert.deepEqual(feed(streamed, round, lastStreamed), feed(folded, round, lastFolded));
+        if (round === initial) assert.equal(streamed.services.size, 0, "nothing applied yet");
+        assert.deepEqual(sorted(streamed.apply()), sorted(folded.apply()));
+        assert.deepEqual(
+          [...streamed.services].sort(([a], [b]) => a < b ? -1 : 1),
+          [...folded.services].sort(([a], [b]) => a < b ? -1 : 1),
+        );
+      }
+    }),
+    { numRuns: 200 },
+  );
 });
