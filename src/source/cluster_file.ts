@@ -384,12 +384,34 @@ function errorMessage(error: unknown): string {
 
 /**
  * JSON with every object's keys sorted, so equal content gives equal text: what the file
- * source keeps of an object between readings (a `keep` for {@link parseClusterFile}).
+ * source keeps of an object between readings (a `keep` for {@link parseClusterFile}). The same
+ * text as `JSON.stringify` with a replacer that sorts each object's keys, written directly:
+ * about half the time for a large file's objects.
  */
 export function canonicalJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) => {
-    if (!isRecord(v)) return v;
-    // fromEntries defines own properties, so a "__proto__" key stays data.
-    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]));
-  });
+  // Like JSON.stringify, undefined for a value JSON has no text for (never an object's).
+  return jsonOf(value) as string;
+}
+
+/** The JSON of `value` with sorted keys; undefined where JSON.stringify leaves a value out. */
+function jsonOf(value: unknown): string | undefined {
+  if (typeof value !== "object" || value === null) return JSON.stringify(value);
+  if (Array.isArray(value)) {
+    let text = "[";
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) text += ",";
+      text += jsonOf(value[i]) ?? "null";
+    }
+    return text + "]";
+  }
+  const record = value as Record<string, unknown>;
+  let text = "{";
+  for (const key of Object.keys(record).sort()) {
+    // An own "__proto__" key reads as data here, as it is written.
+    const json = jsonOf(record[key]);
+    if (json === undefined) continue;
+    if (text.length > 1) text += ",";
+    text += JSON.stringify(key) + ":" + json;
+  }
+  return text + "}";
 }
