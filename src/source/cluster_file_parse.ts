@@ -31,15 +31,15 @@ import {
 import type { ObjectKind } from "./events.ts";
 
 /**
- * What the main thread sends a worker: the bytes of a whole file (parsed at once) or of a part
- * (`part`: scanned, then parsed when `parse` says where it sits); `"more"` for the next batch;
- * then, for joining parts, the keys whose {@link ObjectOrigin} (`origins`) or first acceptance
- * (`firsts`) it wants.
+ * What the main thread sends a worker: the bytes of a whole file, parsed at once; or with `part`,
+ * bytes whose first `end` are a part, scanned, then parsed when `parse` says where it sits (or,
+ * with `whole`, all the bytes parsed as one file after all); then, for joining parts, the keys
+ * whose {@link ObjectOrigin} (`origins`) or first acceptance (`firsts`) it wants.
  */
 export type ParseRequest =
-  | { bytes: Uint8Array; source: string; part?: boolean }
+  | { bytes: Uint8Array; source: string; part?: { end: number } }
   | { parse: { documentsBefore: number; linesBefore: number; aliasLimit: number } }
-  | "more"
+  | { whole: true }
   | { origins: string[] }
   | { firsts: string[] };
 
@@ -54,12 +54,14 @@ export interface ParseEnd {
 }
 
 /**
- * What a worker answers: to a part, its scan; to a parse and each `"more"` after it, a batch of
- * objects as flat (key, kind, canonical JSON) triples, the last one with how the parse ended; or
- * the ClusterFileError that ended the parse; or, for a bug, the stack of what was thrown; and to
- * `origins` and `firsts`, those of the keys asked for (`firsts` in first-acceptance order).
+ * What a worker answers: first, that it is ready (its module loaded); to a part, its scan; to a parse, batches of the objects accepted as it
+ * goes, as flat (key, kind, canonical JSON) triples in the order accepted (a key again when a
+ * later document overrides it), the last one with how the parse ended; or the ClusterFileError
+ * that ended the parse; or, for a bug, the stack of what was thrown; and to `origins` and
+ * `firsts`, those of the keys asked for (`firsts` in first-acceptance order).
  */
 export type ParseReply =
+  | { ready: true }
   | { scanned: PartScan }
   | { entries: string[]; last?: ParseEnd }
   | { origins: ObjectOrigin[] }
@@ -97,7 +99,8 @@ let workerUnavailable = false;
  * Parses a cluster file's bytes (UTF-8; invalid sequences become U+FFFD) into each accepted
  * object's {@link canonicalJson}, in a worker (two for a large file). Rejects with
  * {@link ClusterFileError} when the text is not a valid cluster file or the parse takes longer
- * than `timeoutMs`.
+ * than `timeoutMs`. The bytes are handed over, not copied: once a worker has started, `bytes`
+ * is empty (its buffer transferred); pass a copy to keep them.
  *
  * @example
  * ```ts
@@ -144,15 +147,17 @@ function unexpected(reply: ParseReply): Error {
 }
 
 /**
- * One parser worker, asked one question at a time: {@link ParserWorker.ask} resolves with the
- * answer, or rejects with the ClusterFileError it reported, or with why it failed.
+ * One parser worker. Its answers are queued: {@link ParserWorker.next} resolves with the next
+ * one (each taken in from the worker in an event-loop turn of its own), or rejects with the
+ * ClusterFileError it reported, or with why it failed.
  */
 class ParserWorker {
   readonly #worker: Worker;
   readonly #source: string;
   #answered = false;
   #failure: Error | undefined;
-  #pending: { resolve: (reply: ParseReply) => void; reject: (error: Error) => void } | undefined;
+  readonly #replies: ParseReply[] = [];
+  #waiting: { resolve: (reply: ParseReply) => void; reject: (error: Error) => void } | undefined;
 
   /** Starts a worker parsing the file named `source`. */
   constructor(source: string) {
@@ -163,37 +168,58 @@ class ParserWorker {
     });
     this.#worker.onmessage = ({ data }: MessageEvent<ParseReply>) => {
       this.#answered = true;
-      const pending = this.#pending;
-      this.#pending = undefined;
-      if ("crash" in data) {
-        pending?.reject(new Error(`the cluster file parser failed: ${data.crash}`));
-      } else if ("error" in data) {
-        const { message, line, column } = data.error;
-        pending?.reject(new ClusterFileError(message, { file: this.#source, line, column }));
-      } else {
-        pending?.resolve(data);
-      }
+      const waiting = this.#waiting;
+      this.#waiting = undefined;
+      if (waiting === undefined) this.#replies.push(data);
+      else this.#settle(data, waiting);
     };
     this.#worker.onerror = (event: ErrorEvent) => {
       event.preventDefault();
       this.#failure = this.#answered
         ? new Error(`the cluster file parser failed: ${event.message}`)
         : new WorkerUnavailableError(event.message);
-      this.#pending?.reject(this.#failure);
-      this.#pending = undefined;
+      this.#waiting?.reject(this.#failure);
+      this.#waiting = undefined;
     };
   }
 
-  /** Sends `request` (transferring `transfer`) and resolves with the answer. */
+  /** Resolves once the worker has loaded; rejects with WorkerUnavailableError if it cannot. */
+  async ready(): Promise<void> {
+    const reply = await this.next();
+    if (!("ready" in reply)) throw unexpected(reply);
+  }
+
+  /** Sends `request` (transferring `transfer`) and resolves with the next answer. */
   ask(request: ParseRequest, transfer: Transferable[] = []): Promise<ParseReply> {
-    if (this.#failure !== undefined) return Promise.reject(this.#failure);
+    this.#worker.postMessage(request, transfer);
+    return this.next();
+  }
+
+  /** The next answer, queued or still to come. */
+  next(): Promise<ParseReply> {
     return new Promise((resolve, reject) => {
-      this.#pending = { resolve, reject };
-      this.#worker.postMessage(request, transfer);
+      const reply = this.#replies.shift();
+      if (reply !== undefined) this.#settle(reply, { resolve, reject });
+      else if (this.#failure !== undefined) reject(this.#failure);
+      else this.#waiting = { resolve, reject };
     });
   }
 
-  /** Ends the worker; a question still open is never answered. */
+  #settle(
+    reply: ParseReply,
+    { resolve, reject }: { resolve: (reply: ParseReply) => void; reject: (error: Error) => void },
+  ): void {
+    if ("crash" in reply) {
+      reject(new Error(`the cluster file parser failed: ${reply.crash}`));
+    } else if ("error" in reply) {
+      const { message, line, column } = reply.error;
+      reject(new ClusterFileError(message, { file: this.#source, line, column }));
+    } else {
+      resolve(reply);
+    }
+  }
+
+  /** Ends the worker; an answer still to come never comes. */
   terminate(): void {
     this.#worker.terminate();
   }
@@ -232,36 +258,48 @@ async function parseInWorkers(
   }
 }
 
-/** Parses the file in two parts when it is large and can be cut, else whole. */
+/**
+ * Parses the file in two parts when it is large and can be cut, else whole. The bytes go to the
+ * first worker once it has loaded: transferred, not copied (a copy of a large file's bytes
+ * stays in the process's resident memory after the parse); the second part's are a copy.
+ */
 async function parseParts(
   bytes: Uint8Array,
   start: () => ParserWorker,
   options: ParseClusterBytesOptions,
 ): Promise<ParsedClusterFile<string>> {
   const { source } = options;
-  const whole = async (...stale: ParserWorker[]) => {
-    for (const worker of stale) worker.terminate();
-    const worker = start();
+  /** Takes in a whole-file parse that `worker` answers `reply` to. */
+  const whole = async (worker: ParserWorker, reply: Promise<ParseReply>) => {
     const objects = new Map<string, ClusterObject<string>>();
-    // Copied, not transferred: the main thread parses them itself if the worker cannot start.
-    const end = await collect(worker, await worker.ask({ bytes, source }), objects);
+    const end = await collect(worker, await reply, objects);
     options.parts?.(1);
     return { objects, skipped: end.skipped };
   };
   const cut = bytes.length > (options.splitAbove ?? SPLIT_ABOVE) ? cutPoint(bytes) : undefined;
-  if (cut === undefined) return whole();
+  if (cut === undefined) {
+    const worker = start();
+    await worker.ready();
+    return whole(worker, worker.ask({ bytes, source }, transferable(bytes)));
+  }
   const a = start();
   const b = start();
-  const head = bytes.slice(0, cut);
+  await Promise.all([a.ready(), b.ready()]);
   const tail = bytes.slice(cut);
   const [scanA, scanB] = (await Promise.all([
-    a.ask({ bytes: head, source, part: true }, [head.buffer]),
-    b.ask({ bytes: tail, source, part: true }, [tail.buffer]),
+    a.ask({ bytes, source, part: { end: cut } }, transferable(bytes)),
+    b.ask({ bytes: tail, source, part: { end: tail.length } }, [tail.buffer]),
   ])).map((reply) => {
     if (!("scanned" in reply)) throw unexpected(reply);
     return reply.scanned;
   });
-  if (!scanA.cuttable || !scanB.cuttable) return whole(a, b);
+  // The first worker holds the whole file's bytes: it parses them whole when the parts cannot be
+  // joined.
+  const wholeOnA = () => {
+    b.terminate();
+    return whole(a, a.ask({ whole: true }));
+  };
+  if (!scanA.cuttable || !scanB.cuttable) return wholeOnA();
   // Both parts draw on the whole file's budget; whether together they stayed within it is
   // checked once both are parsed.
   const aliasLimit = AliasBudget.forLength(scanA.length + scanB.length).limit;
@@ -274,18 +312,23 @@ async function parseParts(
   const objects = new Map<string, ClusterObject<string>>();
   const endA = await collect(a, await parsedA, objects);
   // The scan's count numbered the second part: were it wrong, the numbers would be too.
-  if (endA.documents !== scanA.documents) return whole(a, b);
+  if (endA.documents !== scanA.documents) return wholeOnA();
   const overridden: string[] = [];
   let endB: ParseEnd;
   try {
-    endB = await collect(b, await parsedB, objects, overridden);
+    endB = await collect(b, await parsedB, objects, {
+      earlier: new Set(objects.keys()),
+      overridden,
+    });
   } catch (error) {
     // With aliases in the first part, the second had less budget than it was given: the
     // whole parse says where the file fails.
-    if (error instanceof ClusterFileError && endA.aliasesUsed > 0) return whole(a, b);
+    if (error instanceof ClusterFileError && endA.aliasesUsed > 0) return wholeOnA();
     throw error;
   }
-  if (endA.aliasesUsed > 0 && endA.aliasesUsed + endB.aliasesUsed > aliasLimit) return whole(a, b);
+  if (endA.aliasesUsed > 0 && endA.aliasesUsed + endB.aliasesUsed > aliasLimit) {
+    return wholeOnA();
+  }
   let skipped = [...endA.skipped, ...endB.skipped];
   if (overridden.length > 0) {
     const origins = await a.ask({ origins: overridden });
@@ -303,26 +346,33 @@ async function parseParts(
   return { objects, skipped };
 }
 
+/** What of `bytes` postMessage can transfer: its buffer, unless that is shared. */
+function transferable(bytes: Uint8Array): Transferable[] {
+  return bytes.buffer instanceof ArrayBuffer ? [bytes.buffer] : [];
+}
+
 /**
- * Takes a worker's batches into `objects` (starting with `reply`, asking for more) until the
- * last; a key already there moves to the end, and is noted in `overridden`.
+ * Takes a worker's batches into `objects` (starting with `reply`) until the last; a key again
+ * moves to the end, as a later document with the key wins. A key of `earlier` (the part
+ * before's) is noted in `overridden` the first time this part has it.
  */
 async function collect(
   worker: ParserWorker,
   reply: ParseReply,
   objects: Map<string, ClusterObject<string>>,
-  overridden: string[] = [],
+  join?: { earlier: Set<string>; overridden: string[] },
 ): Promise<ParseEnd> {
   for (;;) {
     if (!("entries" in reply)) throw unexpected(reply);
     const { entries, last } = reply;
     for (let i = 0; i < entries.length; i += 3) {
       const key = entries[i];
-      if (objects.delete(key)) overridden.push(key);
+      objects.delete(key);
+      if (join?.earlier.delete(key)) join.overridden.push(key);
       objects.set(key, { kind: entries[i + 1] as ObjectKind, object: entries[i + 2] });
     }
     if (last !== undefined) return last;
-    reply = await worker.ask("more");
+    reply = await worker.next();
   }
 }
 

@@ -126,6 +126,15 @@ Deno.test("parseClusterBytes() of a file cut in two gives what parsing it whole 
   assert.ok(result.skipped.length > 40);
 });
 
+Deno.test("parseClusterBytes() joins parts sent in several batches, duplicates across batches", async () => {
+  // ~2,900 objects: each part more than one batch of 1,000, keys overridden across batches.
+  const documents = mixedFile(2500);
+  for (let i = 0; i < 40; i++) documents.push(service(`web-${i * 61}`, 5000 + i));
+  const result = await sameCutOrWhole(stream(documents), 2);
+  assert.ok(!("error" in result));
+  assert.ok(result.objects.length > 2500);
+});
+
 Deno.test("parseClusterBytes() keeps a leading byte-order mark's meaning when cutting", async () => {
   const text = "\uFEFF" + stream(mixedFile(60));
   await sameCutOrWhole(text, 2);
@@ -238,4 +247,43 @@ Deno.test("cutPoint() cuts at the first `---` line after the middle, and only th
   assert.equal(at("a: 1\r\nb: 2\r\n---\r\nc: 3\r\n"), undefined);
   assert.equal(at("apiVersion: v1\nkind: List\nitems:\n- a\n- b\n"), undefined);
   assert.equal(at("a: |\n  x\n  ---\n  y\nb: 2\n"), undefined);
+});
+
+Deno.test("parseClusterBytes() parses on the main thread, bytes intact, where no worker starts", async () => {
+  // Without read access to the worker's module (as in a binary compiled without --include).
+  const dir = await Deno.makeTempDir({ prefix: "knp-yaml-fallback-" });
+  try {
+    const script = `${dir}/parse.ts`;
+    await Deno.writeTextFile(
+      script,
+      `import { parseClusterBytes } from ${
+        JSON.stringify(import.meta.resolve("./cluster_file_parse.ts"))
+      };
+const text = ${JSON.stringify(stream(mixedFile(20)))};
+for (const splitAbove of [Infinity, 0]) {
+  const parsed = await parseClusterBytes(new TextEncoder().encode(text), {
+    source: "f.yaml", timeoutMs: 60_000, warn: (line) => console.log(line), splitAbove,
+  });
+  console.log(JSON.stringify([[...parsed.objects], parsed.skipped]));
+}
+`,
+    );
+    const config = new URL("../../deno.json", import.meta.url).pathname;
+    const { code, stdout } = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--no-prompt", "--config", config, script],
+      stdout: "piped",
+      stderr: "null",
+    }).output();
+    assert.equal(code, 0);
+    const lines = new TextDecoder().decode(stdout).trim().split("\n");
+    assert.equal(lines.length, 3);
+    assert.match(lines[0], /^cannot start a worker to parse cluster files \(Requires read access/);
+    const expected = await outcome(stream(mixedFile(20)), Infinity);
+    assert.ok(!("error" in expected));
+    for (const line of lines.slice(1)) {
+      assert.deepEqual(JSON.parse(line), [expected.objects, expected.skipped]);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
