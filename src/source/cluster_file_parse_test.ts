@@ -133,6 +133,21 @@ Deno.test("parseClusterBytes() joins parts sent in several batches, duplicates a
   const result = await sameCutOrWhole(stream(documents), 2);
   assert.ok(!("error" in result));
   assert.ok(result.objects.length > 2500);
+  // A part that fails after it has sent batches fails the whole parse, with the file's line.
+  const broken = documents.with(documents.length - 3, "kind: [Service\n");
+  const error = errorOf(await sameCutOrWhole(stream(broken), 2));
+  assert.equal(error.line, stream(documents.slice(0, -3)).split("\n").length + 2);
+});
+
+Deno.test("parseClusterBytes() takes the bytes over: the array is empty afterwards", async () => {
+  const bytes = new TextEncoder().encode(service("a", 80));
+  const parsed = await parseClusterBytes(bytes, {
+    source: "a.yaml",
+    timeoutMs: 60_000,
+    warn: () => {},
+  });
+  assert.equal(parsed.objects.size, 1);
+  assert.equal(bytes.length, 0);
 });
 
 Deno.test("parseClusterBytes() keeps a leading byte-order mark's meaning when cutting", async () => {
