@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { ClusterFileError, parseClusterFile } from "./cluster_file.ts";
+import { canonicalJson, ClusterFileError, parseClusterFile } from "./cluster_file.ts";
 
 /** A Service document whose annotation `name` holds `value` (YAML flow text). */
 function annotated(name: string, value: string): string {
@@ -68,4 +68,26 @@ Deno.test("parseClusterFile() reads aliases that repeat little as written out", 
   );
   const spec = objects.get("Service/default/a")?.object.spec as Record<string, unknown>;
   assert.deepEqual(spec.selector, { app: "web" });
+});
+
+Deno.test("canonicalJson() writes what JSON.stringify writes with every object's keys sorted", () => {
+  const sortedKeys = (value: unknown) =>
+    JSON.stringify(
+      value,
+      (_key, v: unknown) =>
+        typeof v === "object" && v !== null && !Array.isArray(v)
+          ? Object.fromEntries(
+            Object.keys(v).sort().map((k) => [k, (v as Record<string, unknown>)[k]]),
+          )
+          : v,
+    );
+  const { objects } = parseClusterFile(
+    'apiVersion: v1\nkind: Service\nmetadata: {name: a, labels: {z: "1", "\\u00e9": x, A: y, "": e}}\n' +
+      "spec: {ports: [{port: 80, name: p}, {}], x: [[], [.nan, .inf, -0, -.inf, null, true]], " +
+      '"__proto__": {polluted: yes}, nested: [{b: [{d: 1, c: 2}], a: 0}]}\n',
+  );
+  const service = objects.get("Service/default/a")!.object;
+  assert.equal(canonicalJson(service), sortedKeys(service));
+  assert.match(canonicalJson(service), /"__proto__":\{"polluted":"yes"\}/);
+  assert.equal(canonicalJson({ b: undefined, a: [undefined, 1] }), '{"a":[null,1]}');
 });
