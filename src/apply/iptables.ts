@@ -28,6 +28,7 @@ import {
   type SavedTables,
 } from "../render/iptables/reconcile.ts";
 import type { SectionExtras } from "../render/iptables/syncer.ts";
+import { isServiceChainName } from "../render/iptables/names.ts";
 import { splitSections } from "../render/iptables/script.ts";
 import { type FamilySupport, probeFamilies } from "./families.ts";
 import { type ProgramResult, runProgram } from "./program.ts";
@@ -418,7 +419,10 @@ export async function applyIptablesPlan(
       wholeTableCacheAbove: (options.backend ?? "nft") === "nft"
         ? options.wholeTableCacheChains ?? WHOLE_TABLE_CACHE_CHAINS
         : undefined,
-      sortedDeclarations: options.backend === "legacy",
+      // Only where the chains are to be created: over existing ones (a re-sync, a restart) the
+      // sorted order made iptables-legacy slower (5.1–5.5 s → 7.3–7.9 s at 10k×10).
+      sortedDeclarations: options.backend === "legacy" && section.fresh &&
+        ![...saved.nat.chains].some(isServiceChainName),
     };
     await restoreStreamed(() => section.chunks(extras), family, options);
   }
