@@ -2,8 +2,10 @@
  * Noticing, in iptables mode, that someone removed or flushed our rules (`iptables -t nat -F`,
  * `iptables -X`, a firewalld reload): upstream kube-proxy's `KUBE-PROXY-CANARY` check plus a
  * look at the two nat jump rules every service packet goes through. Cheap with iptables-nft
- * (a few small listings); with iptables-legacy it reads the whole nat table, so it costs as
- * much as that table is big.
+ * (a few small listings). With iptables-legacy that full check reads the whole nat table, so
+ * {@link IptablesRulesWatch} runs it only when the kernel's summary of the mangle or nat table
+ * (iptables_info.ts, constant cost) changed since our rules were last known intact, or every
+ * few minutes.
  *
  * @module
  */
@@ -18,6 +20,13 @@ import {
   runIptables,
 } from "./iptables.ts";
 import type { ProgramResult } from "./program.ts";
+import {
+  readTableInfo,
+  sameTableInfo,
+  type TableInfo,
+  tableInfoAvailable,
+  TableInfoError,
+} from "./iptables_info.ts";
 
 /** Options of {@link iptablesRulesIntact}. */
 export interface IptablesRulesIntactOptions
@@ -45,7 +54,7 @@ const SERVICE_JUMPS = JUMP_RULES.filter((j) => j.table === "nat" && j.target ===
  * under the xtables lock, so there the steps run one after the other — the mangle canary
  * (small table), then one `iptables-restore --test` pass checking (`-C`) both nat jumps — and
  * the check costs as much as the nat table is big: ~50 ms at 1,000 services × 10 endpoints,
- * ~0.5 s at 10,000 (check less often than every second there).
+ * ~0.5 s at 10,000 ({@link IptablesRulesWatch} runs it only when the tables changed).
  *
  * Throws {@link IptablesApplyError} when a program fails for another reason than a missing
  * chain or rule (the xtables lock held past `lockWaitSeconds`, default 5, exits 4): then
@@ -74,6 +83,133 @@ export async function iptablesRulesIntact(options: IptablesRulesIntactOptions): 
     ),
   ]);
   return (await Promise.all(checks)).every(Boolean);
+}
+
+/** Options of {@link IptablesRulesWatch}. */
+export interface IptablesRulesWatchOptions extends IptablesRulesIntactOptions {
+  /**
+   * Run the full check at least this often even when the tables' summaries are unchanged, so a
+   * change that keeps every number (a rule replaced by one of the same size) is noticed in the
+   * end. Default 300,000 (5 minutes).
+   */
+  readonly fullCheckEveryMs?: number;
+  /** The summary of one table; default {@link readTableInfo} (for tests). */
+  readonly readInfo?: (family: IPFamily, table: string) => TableInfo;
+  /** The full check; default {@link iptablesRulesIntact} (for tests). */
+  readonly fullCheck?: () => Promise<boolean>;
+  /** Milliseconds now; default `Date.now` (for tests). */
+  readonly now?: () => number;
+}
+
+/** The tables whose summaries stand for our rules: the canary's and the jumps'. */
+const WATCHED_TABLES = ["mangle", "nat"] as const;
+
+/**
+ * The rules-intact check of the iptables back end, with memory. With iptables-legacy in the
+ * process's own network namespace and FFI permitted it remembers the kernel's summary
+ * (`IPT_SO_GET_INFO`: entries, bytes, built-in chain offsets) of the mangle and nat tables of
+ * each family whenever our rules are known intact — after a full check that found them, and
+ * after a sync of ours that started from the remembered state — and answers "intact" at once
+ * while every summary is unchanged: four `getsockopt` calls, the same at 10 or 10,000
+ * services. Any change (another program's rule, `iptables -t nat -F`, `-X` of our chains, a
+ * deleted jump) runs {@link iptablesRulesIntact}, which decides; so does every
+ * `fullCheckEveryMs`. Otherwise (iptables-nft, a `netns` option, no `--allow-ffi`) every check
+ * is the full one.
+ *
+ * iptables-legacy writes a whole new table blob for every change, and removing a rule or chain
+ * always changes its entry count and size. Not seen until the periodic full check: a rule
+ * replaced in place by another of exactly the same size (`iptables -R`), or a table rewritten
+ * by someone else to the very same counts and offsets.
+ *
+ * @example
+ * ```ts
+ * const watch = new IptablesRulesWatch({ backend: "legacy", families: ["IPv4"] });
+ * await watch.applied(() => applier.apply(script));
+ * if (!(await watch.intact())) console.log("restore");
+ * ```
+ */
+export class IptablesRulesWatch {
+  readonly #options: IptablesRulesWatchOptions;
+  readonly #readInfo: (family: IPFamily, table: string) => TableInfo;
+  readonly #fullCheck: () => Promise<boolean>;
+  readonly #now: () => number;
+  #summaries: boolean;
+  /** The summaries when our rules were last known intact; undefined: not known. */
+  #known: TableInfo[] | undefined;
+  #lastFullCheck = -Infinity;
+
+  constructor(options: IptablesRulesWatchOptions) {
+    this.#options = options;
+    this.#readInfo = options.readInfo ?? readTableInfo;
+    this.#fullCheck = options.fullCheck ?? (() => iptablesRulesIntact(options));
+    this.#now = options.now ?? Date.now;
+    this.#summaries = options.backend === "legacy" && options.netns === undefined &&
+      (options.readInfo !== undefined || tableInfoAvailable());
+  }
+
+  /**
+   * Whether the check costs the same at any size (iptables-legacy read by its summaries);
+   * false means every {@link intact} is the full check.
+   */
+  get constantCost(): boolean {
+    return this.#summaries;
+  }
+
+  /** Whether our rules are still in the kernel; see the class doc for how it is decided. */
+  async intact(): Promise<boolean> {
+    if (!this.#summaries) return await this.#fullCheck();
+    const before = this.#read();
+    const fresh = this.#now() - this.#lastFullCheck < (this.#options.fullCheckEveryMs ?? 300_000);
+    if (fresh && before !== undefined && this.#matchesKnown(before)) return true;
+    this.#known = undefined;
+    const intact = await this.#fullCheck();
+    this.#lastFullCheck = this.#now();
+    // Remember only a state that held still while it was checked.
+    const after = intact ? this.#read() : undefined;
+    if (before !== undefined && after !== undefined && sameAll(before, after)) this.#known = after;
+    return intact;
+  }
+
+  /**
+   * Runs `apply` (one sync of ours) and, when the tables were as last known intact just before
+   * it, remembers their summaries after it: our own change is no reason for a full check. When
+   * they were not (someone else changed them first, or nothing is known yet), the next
+   * {@link intact} runs the full check.
+   */
+  async applied<T>(apply: () => Promise<T>): Promise<T> {
+    if (!this.#summaries) return await apply();
+    const before = this.#read();
+    const continues = before !== undefined && this.#matchesKnown(before);
+    this.#known = undefined;
+    const result = await apply();
+    if (continues) this.#known = this.#read();
+    return result;
+  }
+
+  #matchesKnown(summaries: readonly TableInfo[]): boolean {
+    return this.#known !== undefined && sameAll(this.#known, summaries);
+  }
+
+  /**
+   * The summaries of the watched tables of every family, in a fixed order; undefined when one
+   * cannot be read (a table not loaded: only the full check can tell). Falls back to full
+   * checks for good when FFI turns out unusable.
+   */
+  #read(): TableInfo[] | undefined {
+    try {
+      return this.#options.families.flatMap((family) =>
+        WATCHED_TABLES.map((table) => this.#readInfo(family, table))
+      );
+    } catch (error) {
+      if (!(error instanceof TableInfoError)) throw error;
+      if (error.errno === 0) this.#summaries = false;
+      return undefined;
+    }
+  }
+}
+
+function sameAll(a: readonly TableInfo[], b: readonly TableInfo[]): boolean {
+  return a.length === b.length && a.every((info, i) => sameTableInfo(info, b[i]));
 }
 
 /** Runs an iptables program with the watcher's lock wait and time limit. */

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import type { IPFamily } from "../model/service_port.ts";
 import { runOk } from "../../tests/netns/netns.ts";
 import { BACKENDS, kernelGate, withIptablesScratch } from "../../tests/e2e/iptables_harness.ts";
-import { iptablesRulesIntact } from "./iptables_watch.ts";
+import { iptablesRulesIntact, IptablesRulesWatch } from "./iptables_watch.ts";
+import type { TableInfo } from "./iptables_info.ts";
 
 const GOLDEN = new URL("../render/iptables/testdata/small_cluster.iptables", import.meta.url);
 const BOTH: readonly IPFamily[] = ["IPv4", "IPv6"];
@@ -61,4 +62,95 @@ Deno.test({
       });
     }
   },
+});
+
+/** A legacy kernel as the watch sees it: one summary per table, a full check, a clock. */
+function fakeLegacy() {
+  const info = (numEntries: number): TableInfo => ({
+    validHooks: 27,
+    hookEntry: [0, 152, 0xffffffff, 304, 456],
+    underflow: [0, 152, 0xffffffff, 304, 456],
+    numEntries,
+    size: 152 * numEntries,
+  });
+  const kernel = {
+    entries: new Map<string, number>([["IPv4 nat", 500], ["IPv4 mangle", 8]]),
+    intact: true,
+    fullChecks: 0,
+    now: 0,
+  };
+  const watch = new IptablesRulesWatch({
+    backend: "legacy",
+    families: ["IPv4"],
+    readInfo: (family, table) => info(kernel.entries.get(`${family} ${table}`) ?? 0),
+    fullCheck: () => {
+      kernel.fullChecks++;
+      return Promise.resolve(kernel.intact);
+    },
+    now: () => kernel.now,
+  });
+  /** Someone changes nat: `intact` says whether our rules survive it. */
+  const change = (table: string, delta: number, intact: boolean) => {
+    kernel.entries.set(`IPv4 ${table}`, kernel.entries.get(`IPv4 ${table}`)! + delta);
+    kernel.intact = intact;
+  };
+  return { kernel, watch, change };
+}
+
+Deno.test("IptablesRulesWatch.intact() with iptables-legacy runs the full check only when a table's summary changed", async () => {
+  const { kernel, watch, change } = fakeLegacy();
+  assert.ok(watch.constantCost);
+  assert.equal(await watch.intact(), true, "nothing known yet: the full check decides");
+  assert.equal(kernel.fullChecks, 1);
+  for (let i = 0; i < 10; i++) assert.equal(await watch.intact(), true);
+  assert.equal(kernel.fullChecks, 1, "unchanged summaries: intact without the full check");
+
+  change("nat", +1, true); // another program adds a rule of its own
+  assert.equal(await watch.intact(), true);
+  assert.equal(kernel.fullChecks, 2, "a change is looked at closely");
+  assert.equal(await watch.intact(), true);
+  assert.equal(kernel.fullChecks, 2, "and the new summary remembered");
+
+  change("nat", -400, false); // iptables -t nat -F
+  assert.equal(await watch.intact(), false, "a flush is noticed");
+  assert.equal(await watch.intact(), false, "and not forgotten until our rules are back");
+  assert.equal(kernel.fullChecks, 4);
+});
+
+Deno.test("IptablesRulesWatch.applied() remembers our own sync, but not one that followed someone else's change", async () => {
+  const { kernel, watch, change } = fakeLegacy();
+  await watch.intact();
+  await watch.applied(() => Promise.resolve(change("nat", +20, true))); // our sync
+  assert.equal(await watch.intact(), true);
+  assert.equal(kernel.fullChecks, 1, "our own change needs no full check");
+
+  change("mangle", -2, false); // iptables -t mangle -X KUBE-PROXY-CANARY
+  await watch.applied(() => Promise.resolve(change("nat", +1, false))); // a partial sync
+  assert.equal(await watch.intact(), false, "the canary's deletion is still noticed");
+  assert.equal(kernel.fullChecks, 2);
+});
+
+Deno.test("IptablesRulesWatch.intact() runs the full check every fullCheckEveryMs even when nothing seems changed", async () => {
+  const { kernel, watch } = fakeLegacy();
+  await watch.intact();
+  kernel.intact = false; // a rule replaced by another of the same size: summaries unchanged
+  kernel.now += 299_000;
+  assert.equal(await watch.intact(), true, "not seen within the period");
+  kernel.now += 1_000;
+  assert.equal(await watch.intact(), false, "seen at the periodic full check");
+});
+
+Deno.test("IptablesRulesWatch with iptables-nft or in another namespace always runs the full check", async () => {
+  for (const options of [{ backend: "nft" as const }, { backend: "legacy" as const, netns: "x" }]) {
+    let fullChecks = 0;
+    const watch = new IptablesRulesWatch({
+      ...options,
+      families: ["IPv4"],
+      fullCheck: () => Promise.resolve(++fullChecks > 0),
+    });
+    assert.ok(!watch.constantCost);
+    await watch.intact();
+    await watch.intact();
+    assert.equal(fullChecks, 2);
+  }
 });

@@ -4,8 +4,9 @@
  * (src/render/iptables renders, src/apply/iptables.ts loads).
  *
  * It notices removed rules with upstream's canary chains and the nat jump rules
- * (apply/iptables_watch.ts) — every 10 s with iptables-legacy, whose check reads the whole nat
- * table — and diffs a dry run against `iptables-save` (dryrun/, loaded only for a dry run). It
+ * (apply/iptables_watch.ts) — every second; every 10 s with iptables-legacy when it cannot read
+ * the tables' summaries (no `--allow-ffi`), since then each check reads the whole nat table — and
+ * diffs a dry run against `iptables-save` (dryrun/, loaded only for a dry run). It
  * has no per-service counters, and its ClientIP affinity (`recent` lists) expires by itself.
  *
  * @module
@@ -16,13 +17,13 @@ import {
   iptablesFamilySupport,
   readConntrackTCPLiberal,
 } from "../../apply/iptables.ts";
-import { iptablesRulesIntact } from "../../apply/iptables_watch.ts";
+import { IptablesRulesWatch } from "../../apply/iptables_watch.ts";
 import { refusedWarning } from "../../apply/families.ts";
 import type { Config } from "../../config/config.ts";
 import { IptablesPlanner, isIptablesPlan } from "../../render/iptables/planner.ts";
 import type { Backend, BackendContext } from "../backend.ts";
 
-/** iptables-legacy reads a whole nat table per check (~0.5 s at 10k services). */
+/** A full iptables-legacy check reads the whole nat table (~0.5 s at 10k services). */
 const LEGACY_CHECK_INTERVAL_MS = 10_000;
 
 /** The iptables back end for `config`. */
@@ -44,19 +45,22 @@ export function createBackend(config: Config, context: BackendContext): Backend 
     },
     proxier: async (families) => {
       const backend = await applier.backend();
+      const watch = new IptablesRulesWatch({ backend, families, netns });
       return {
         planner: new IptablesPlanner(config, {
           conntrackTCPLiberal: await readConntrackTCPLiberal(),
           families,
         }),
-        apply: (script) => applier.apply(script),
+        apply: (script) => watch.applied(() => applier.apply(script)),
         // Full syncs are streamed to iptables-restore as they are rendered, never held whole.
-        applyPlan: (plan) => {
-          if (!isIptablesPlan(plan)) return applier.apply(plan.script);
-          return applier.applyPlan(plan);
-        },
-        rulesIntact: () => iptablesRulesIntact({ backend, families, netns }),
-        rulesCheckIntervalMs: backend === "legacy" ? LEGACY_CHECK_INTERVAL_MS : undefined,
+        applyPlan: (plan) =>
+          watch.applied(() =>
+            isIptablesPlan(plan) ? applier.applyPlan(plan) : applier.apply(plan.script)
+          ),
+        rulesIntact: () => watch.intact(),
+        rulesCheckIntervalMs: backend === "legacy" && !watch.constantCost
+          ? LEGACY_CHECK_INTERVAL_MS
+          : undefined,
       };
     },
     dryRun: async (script, output) => {
