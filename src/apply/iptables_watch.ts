@@ -93,6 +93,12 @@ export interface IptablesRulesWatchOptions extends IptablesRulesIntactOptions {
    * end. Default 300,000 (5 minutes).
    */
   readonly fullCheckEveryMs?: number;
+  /**
+   * After a full check that found another program's change harmless to our rules, wait this
+   * long before the next one caused by a change, so a program changing the tables every second
+   * costs no more than the plain full check every 10 s did. Default 10,000.
+   */
+  readonly fullCheckSpacingMs?: number;
   /** The summary of one table; default {@link readTableInfo} (for tests). */
   readonly readInfo?: (family: IPFamily, table: string) => TableInfo;
   /** The full check; default {@link iptablesRulesIntact} (for tests). */
@@ -112,14 +118,16 @@ const WATCHED_TABLES = ["mangle", "nat"] as const;
  * after a sync of ours that started from the remembered state — and answers "intact" at once
  * while every summary is unchanged: four `getsockopt` calls, the same at 10 or 10,000
  * services. Any change (another program's rule, `iptables -t nat -F`, `-X` of our chains, a
- * deleted jump) runs {@link iptablesRulesIntact}, which decides; so does every
+ * deleted jump) runs {@link iptablesRulesIntact}, which decides — at once, or, while another
+ * program keeps changing the tables, once per `fullCheckSpacingMs` — and so does every
  * `fullCheckEveryMs`. Otherwise (iptables-nft, a `netns` option, no `--allow-ffi`) every check
  * is the full one.
  *
  * iptables-legacy writes a whole new table blob for every change, and removing a rule or chain
  * always changes its entry count and size. Not seen until the periodic full check: a rule
  * replaced in place by another of exactly the same size (`iptables -R`), or a table rewritten
- * by someone else to the very same counts and offsets.
+ * by someone else to the very same counts and offsets. Seen late (within `fullCheckSpacingMs`
+ * rather than a second): our rules removed within that time after another program's change.
  *
  * @example
  * ```ts
@@ -137,6 +145,8 @@ export class IptablesRulesWatch {
   /** The summaries when our rules were last known intact; undefined: not known. */
   #known: TableInfo[] | undefined;
   #lastFullCheck = -Infinity;
+  /** When a full check last found our rules intact after another program's change. */
+  #lastHarmlessChange = -Infinity;
 
   constructor(options: IptablesRulesWatchOptions) {
     this.#options = options;
@@ -159,11 +169,19 @@ export class IptablesRulesWatch {
   async intact(): Promise<boolean> {
     if (!this.#summaries) return await this.#fullCheck();
     const before = this.#read();
-    const fresh = this.#now() - this.#lastFullCheck < (this.#options.fullCheckEveryMs ?? 300_000);
-    if (fresh && before !== undefined && this.#matchesKnown(before)) return true;
+    const since = this.#now() - this.#lastFullCheck;
+    const fresh = since < (this.#options.fullCheckEveryMs ?? 300_000);
+    const unchanged = before !== undefined && this.#matchesKnown(before);
+    if (fresh && unchanged) return true;
+    // Someone else changed the tables again soon after a change that left our rules alone:
+    // look closer once the spacing has passed.
+    const foreignChange = this.#known !== undefined && before !== undefined && !unchanged;
+    const spacing = this.#options.fullCheckSpacingMs ?? 10_000;
+    if (foreignChange && this.#now() - this.#lastHarmlessChange < spacing) return true;
     this.#known = undefined;
     const intact = await this.#fullCheck();
     this.#lastFullCheck = this.#now();
+    if (foreignChange && intact) this.#lastHarmlessChange = this.#lastFullCheck;
     // Remember only a state that held still while it was checked.
     const after = intact ? this.#read() : undefined;
     if (before !== undefined && after !== undefined && sameAll(before, after)) this.#known = after;

@@ -105,16 +105,35 @@ Deno.test("IptablesRulesWatch.intact() with iptables-legacy runs the full check 
   for (let i = 0; i < 10; i++) assert.equal(await watch.intact(), true);
   assert.equal(kernel.fullChecks, 1, "unchanged summaries: intact without the full check");
 
+  change("nat", -400, false); // iptables -t nat -F
+  assert.equal(await watch.intact(), false, "a flush is noticed at once");
+  assert.equal(await watch.intact(), false, "and not forgotten until our rules are back");
+  assert.equal(kernel.fullChecks, 3);
+  change("nat", +400, true); // restored (by a sync the watch did not see)
+  assert.equal(await watch.intact(), true);
+  assert.equal(kernel.fullChecks, 4, "a check after a removal is never held back");
+
+  kernel.now += 10_000;
   change("nat", +1, true); // another program adds a rule of its own
   assert.equal(await watch.intact(), true);
-  assert.equal(kernel.fullChecks, 2, "a change is looked at closely");
+  assert.equal(kernel.fullChecks, 5, "a change is looked at closely");
   assert.equal(await watch.intact(), true);
-  assert.equal(kernel.fullChecks, 2, "and the new summary remembered");
+  assert.equal(kernel.fullChecks, 5, "and the new summary remembered");
+});
 
-  change("nat", -400, false); // iptables -t nat -F
-  assert.equal(await watch.intact(), false, "a flush is noticed");
-  assert.equal(await watch.intact(), false, "and not forgotten until our rules are back");
-  assert.equal(kernel.fullChecks, 4);
+Deno.test("IptablesRulesWatch.intact() runs at most one full check per fullCheckSpacingMs while another program keeps changing the tables", async () => {
+  const { kernel, watch, change } = fakeLegacy();
+  await watch.intact();
+  for (let second = 1; second <= 60; second++) {
+    kernel.now += 1_000;
+    change("nat", +1, true); // e.g. a CNI plugin's port mapping, every second
+    assert.equal(await watch.intact(), true);
+  }
+  assert.equal(kernel.fullChecks, 7, "one at the start, then one per 10 s");
+  change("nat", -400, false); // a flush 9 s after the last checked change
+  assert.equal(await watch.intact(), true, "held back within the spacing");
+  kernel.now += 1_000;
+  assert.equal(await watch.intact(), false, "noticed once it has passed");
 });
 
 Deno.test("IptablesRulesWatch.applied() remembers our own sync, but not one that followed someone else's change", async () => {
