@@ -128,6 +128,8 @@ const WATCHED_TABLES = ["mangle", "nat"] as const;
  * replaced in place by another of exactly the same size (`iptables -R`), or a table rewritten
  * by someone else to the very same counts and offsets. Seen late (within `fullCheckSpacingMs`
  * rather than a second): our rules removed within that time after another program's change.
+ * With iptables-legacy no check runs while a sync of ours is being applied (it holds the
+ * xtables lock, and it is writing our rules anyway).
  *
  * @example
  * ```ts
@@ -147,6 +149,8 @@ export class IptablesRulesWatch {
   #lastFullCheck = -Infinity;
   /** When a full check last found our rules intact after another program's change. */
   #lastHarmlessChange = -Infinity;
+  /** Syncs of ours being applied now. */
+  #applying = 0;
 
   constructor(options: IptablesRulesWatchOptions) {
     this.#options = options;
@@ -167,6 +171,9 @@ export class IptablesRulesWatch {
 
   /** Whether our rules are still in the kernel; see the class doc for how it is decided. */
   async intact(): Promise<boolean> {
+    // iptables-legacy: our own restore holds the xtables lock; a full check now would wait for
+    // it (and give up after 5 s at 10k services). The sync is writing our rules anyway.
+    if (this.#options.backend === "legacy" && this.#applying > 0) return true;
     if (!this.#summaries) return await this.#fullCheck();
     const before = this.#read();
     const since = this.#now() - this.#lastFullCheck;
@@ -195,13 +202,18 @@ export class IptablesRulesWatch {
    * {@link intact} runs the full check.
    */
   async applied<T>(apply: () => Promise<T>): Promise<T> {
-    if (!this.#summaries) return await apply();
-    const before = this.#read();
-    const continues = before !== undefined && this.#matchesKnown(before);
-    this.#known = undefined;
-    const result = await apply();
-    if (continues) this.#known = this.#read();
-    return result;
+    this.#applying++;
+    try {
+      if (!this.#summaries) return await apply();
+      const before = this.#read();
+      const continues = before !== undefined && this.#matchesKnown(before);
+      this.#known = undefined;
+      const result = await apply();
+      if (continues) this.#known = this.#read();
+      return result;
+    } finally {
+      this.#applying--;
+    }
   }
 
   #matchesKnown(summaries: readonly TableInfo[]): boolean {

@@ -173,3 +173,17 @@ Deno.test("IptablesRulesWatch with iptables-nft or in another namespace always r
     assert.equal(fullChecks, 2);
   }
 });
+
+Deno.test("IptablesRulesWatch.intact() with iptables-legacy does not run the full check while our own sync is applied", async () => {
+  const { kernel, watch, change } = fakeLegacy();
+  change("nat", -400, false); // flushed; our restore is on its way
+  let release!: () => void;
+  const restore = watch.applied(() => new Promise<void>((resolve) => release = resolve));
+  assert.equal(await watch.intact(), true, "nothing to say while our sync holds the lock");
+  assert.equal(kernel.fullChecks, 0);
+  change("nat", +400, true);
+  release();
+  await restore;
+  assert.equal(await watch.intact(), true);
+  assert.equal(kernel.fullChecks, 1, "checked once our sync is done");
+});
