@@ -107,6 +107,10 @@ export interface IptablesRulesWatchOptions extends IptablesRulesIntactOptions {
   readonly now?: () => number;
 }
 
+/** How often the full check runs when the summaries cannot be read (iptables-legacy). */
+const LEGACY_FULL_CHECK_MS = 10_000;
+const ENOENT = 2;
+
 /** The tables whose summaries stand for our rules: the canary's and the jumps'. */
 const WATCHED_TABLES = ["mangle", "nat"] as const;
 
@@ -120,8 +124,9 @@ const WATCHED_TABLES = ["mangle", "nat"] as const;
  * services. Any change (another program's rule, `iptables -t nat -F`, `-X` of our chains, a
  * deleted jump) runs {@link iptablesRulesIntact}, which decides — at once, or, while another
  * program keeps changing the tables, once per `fullCheckSpacingMs` — and so does every
- * `fullCheckEveryMs`. Otherwise (iptables-nft, a `netns` option, no `--allow-ffi`) every check
- * is the full one.
+ * `fullCheckEveryMs`. Otherwise (iptables-nft, a `netns` option, no `--allow-ffi`, no
+ * CAP_NET_RAW for the raw socket the kernel is asked on) every check is the full one (the
+ * back end then checks legacy every 10 s; {@link IptablesRulesWatch.constantCost} tells).
  *
  * iptables-legacy writes a whole new table blob for every change, and removing a rule or chain
  * always changes its entry count and size. Not seen until the periodic full check: a rule
@@ -151,6 +156,10 @@ export class IptablesRulesWatch {
   #lastHarmlessChange = -Infinity;
   /** Syncs of ours being applied now. */
   #applying = 0;
+  /** Whether the summaries became unreadable after construction (then full checks, spaced). */
+  #lost = false;
+  #constructed = false;
+  #lastResult = true;
 
   constructor(options: IptablesRulesWatchOptions) {
     this.#options = options;
@@ -159,6 +168,10 @@ export class IptablesRulesWatch {
     this.#now = options.now ?? Date.now;
     this.#summaries = options.backend === "legacy" && options.netns === undefined &&
       (options.readInfo !== undefined || tableInfoAvailable());
+    // One read now, so that a process that may not ask (no CAP_NET_RAW for the raw socket)
+    // keeps the plain full check at its slower interval from the start.
+    if (this.#summaries && options.families.length > 0) this.#read();
+    this.#constructed = true;
   }
 
   /**
@@ -174,7 +187,14 @@ export class IptablesRulesWatch {
     // iptables-legacy: our own restore holds the xtables lock; a full check now would wait for
     // it (and give up after 5 s at 10k services). The sync is writing our rules anyway.
     if (this.#options.backend === "legacy" && this.#applying > 0) return true;
-    if (!this.#summaries) return await this.#fullCheck();
+    if (!this.#summaries) {
+      // Summaries lost after the start (see #read): the full check, but at most every 10 s.
+      if (!this.#lost || this.#now() - this.#lastFullCheck >= LEGACY_FULL_CHECK_MS) {
+        this.#lastFullCheck = this.#now();
+        this.#lastResult = await this.#fullCheck();
+      }
+      return this.#lastResult;
+    }
     const before = this.#read();
     const since = this.#now() - this.#lastFullCheck;
     const fresh = since < (this.#options.fullCheckEveryMs ?? 300_000);
@@ -232,7 +252,11 @@ export class IptablesRulesWatch {
       );
     } catch (error) {
       if (!(error instanceof TableInfoError)) throw error;
-      if (error.errno === 0) this.#summaries = false;
+      // ENOENT: a table not there (yet); anything else will not get better.
+      if (error.errno !== ENOENT) {
+        this.#summaries = false;
+        this.#lost = this.#constructed;
+      }
       return undefined;
     }
   }

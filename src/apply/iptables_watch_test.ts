@@ -3,7 +3,7 @@ import type { IPFamily } from "../model/service_port.ts";
 import { runOk } from "../../tests/netns/netns.ts";
 import { BACKENDS, kernelGate, withIptablesScratch } from "../../tests/e2e/iptables_harness.ts";
 import { iptablesRulesIntact, IptablesRulesWatch } from "./iptables_watch.ts";
-import type { TableInfo } from "./iptables_info.ts";
+import { type TableInfo, TableInfoError } from "./iptables_info.ts";
 
 const GOLDEN = new URL("../render/iptables/testdata/small_cluster.iptables", import.meta.url);
 const BOTH: readonly IPFamily[] = ["IPv4", "IPv6"];
@@ -186,4 +186,29 @@ Deno.test("IptablesRulesWatch.intact() with iptables-legacy does not run the ful
   await restore;
   assert.equal(await watch.intact(), true);
   assert.equal(kernel.fullChecks, 1, "checked once our sync is done");
+});
+
+Deno.test("IptablesRulesWatch with iptables-legacy falls back to the full check where the kernel may not be asked, every 10 s if that is found out late", async () => {
+  let allowed = false;
+  let fullChecks = 0;
+  let now = 0;
+  const options = {
+    backend: "legacy" as const,
+    families: ["IPv4" as const],
+    readInfo: (): TableInfo => {
+      if (!allowed) throw new TableInfoError("cannot open a raw IPv4 socket: EPERM", 1);
+      return { validHooks: 27, hookEntry: [], underflow: [], numEntries: 5, size: 784 };
+    },
+    fullCheck: () => Promise.resolve(++fullChecks > 0),
+    now: () => now,
+  };
+  assert.ok(!new IptablesRulesWatch(options).constantCost, "no CAP_NET_RAW from the start");
+
+  allowed = true;
+  const watch = new IptablesRulesWatch(options);
+  assert.ok(watch.constantCost);
+  allowed = false;
+  fullChecks = 0;
+  for (let second = 0; second < 30; second++, now += 1_000) await watch.intact();
+  assert.equal(fullChecks, 3, "lost later: one full check per 10 s");
 });
