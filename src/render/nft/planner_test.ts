@@ -237,3 +237,32 @@ Deno.test("NftPlanner's partial syncs after any event sequence are accepted in o
     `${nonEmpty} non-empty scripts`,
   );
 });
+
+Deno.test("NftPlanner.affinityTargets() names each ClientIP port's endpoints, after a full sync and after partial ones", () => {
+  const sticky = (clusterIP: string, name: string) =>
+    service({ name, clusterIPs: [clusterIP], spec: { sessionAffinity: "ClientIP" } });
+  const proxy = new ModelProxy().put(
+    sticky("10.96.0.10", "web"),
+    slice(["10.244.1.11", "10.244.1.12"]),
+    web("10.96.0.20", "db"),
+    slice(["10.244.1.13"], "db"),
+  );
+  proxy.sync();
+  const targets = () =>
+    [...proxy.planner.affinityTargets()].map(([id, endpoints]) => [id, [...endpoints].sort()]);
+  // One id, the sticky port's; the plain `db` has none.
+  const [[id]] = targets();
+  assert.deepEqual(targets(), [[id, ["10.244.1.11 . 8080", "10.244.1.12 . 8080"]]]);
+  proxy.put(slice(["10.244.1.12", "10.244.1.14"]));
+  assert.equal(proxy.sync().full, false);
+  assert.deepEqual(targets(), [[id, ["10.244.1.12 . 8080", "10.244.1.14 . 8080"]]]);
+  proxy.remove(sticky("10.96.0.10", "web"));
+  proxy.sync();
+  assert.deepEqual(targets(), []);
+});
+
+Deno.test("NftPlanner.affinityTargets() is empty without a ClientIP port", () => {
+  const proxy = new ModelProxy().put(web(), slice(["10.244.1.11"]));
+  proxy.sync();
+  assert.deepEqual(proxy.planner.affinityTargets(), new Map());
+});
