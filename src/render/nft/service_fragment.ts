@@ -80,6 +80,30 @@ class EndpointElements implements EntryElements {
 }
 
 /**
+ * The shared balancer chains' rules, per render options (so per plan and family) and chain
+ * name: every service port with N endpoints renders the same `lb-…-N` rules, so they are
+ * written once per plan instead of once per port, and the ports whose only chain is one of
+ * them share one chains map ({@link singleChain}).
+ */
+const balancers = new WeakMap<
+  NftRenderOptions,
+  Map<string, ReadonlyMap<string, readonly string[]>>
+>();
+
+/** The one-chain map of a shared balancer with these rules (computed once per options). */
+function singleChain(
+  options: NftRenderOptions,
+  name: string,
+  rules: () => readonly string[],
+): ReadonlyMap<string, readonly string[]> {
+  let byName = balancers.get(options);
+  if (byName === undefined) balancers.set(options, byName = new Map());
+  let chains = byName.get(name);
+  if (chains === undefined) byName.set(name, chains = new Map([[name, rules()]]));
+  return chains;
+}
+
+/**
  * One way into a service port: the address and port the client used, or a node port (on
  * whichever node address: no address).
  */
@@ -125,8 +149,10 @@ export function renderServicePort(
   }
 
   // External IPs, load-balancer IPs and node ports: external traffic policy.
-  const addressEntries = [...inFamily(port.externalIPs), ...inFamily(port.loadBalancerIPs)]
-    .map((address): Entry => ({ address, port: port.port }));
+  const addresses = port.externalIPs.length + port.loadBalancerIPs.length === 0
+    ? port.externalIPs
+    : [...inFamily(port.externalIPs), ...inFamily(port.loadBalancerIPs)];
+  const addressEntries = addresses.map((address): Entry => ({ address, port: port.port }));
   const servesNodePorts = options.nodePortsOnAllAddresses || options.nodePortIPs.length > 0;
   const nodePortEntries: Entry[] = port.nodePort === 0 || !servesNodePorts
     ? []
@@ -198,7 +224,8 @@ function ofFamily<T extends string | { readonly ip: string }>(
  * The ranges not inside another one of the list: nft refuses overlapping intervals in one
  * set, and a range inside another allows nothing more.
  */
-function outermost(cidrs: readonly string[]): string[] {
+function outermost(cidrs: readonly string[]): readonly string[] {
+  if (cidrs.length === 0) return cidrs;
   const byWidth = [...new Set(cidrs)]
     .sort((a, b) => Number(a.split("/")[1]) - Number(b.split("/")[1]));
   const kept: string[] = [];
@@ -207,6 +234,8 @@ function outermost(cidrs: readonly string[]): string[] {
   }
   return kept;
 }
+
+const NO_CHAINS: ReadonlyMap<string, readonly string[]> = new Map();
 
 /** A set's group being filled. */
 interface OpenGroup {
@@ -219,7 +248,13 @@ interface OpenGroup {
 
 /** Accumulates one service port's chains and elements. */
 class FragmentBuilder {
-  readonly chains = new Map<string, readonly string[]>();
+  /**
+   * The chains so far: none, a shared balancer's one-chain map (most ports: see
+   * {@link singleChain}), or this port's own map.
+   */
+  #chains: ReadonlyMap<string, readonly string[]> | undefined;
+  /** {@link #chains} is this port's own map (not a shared one). */
+  #ownChains = false;
   readonly elements: (OpenGroup | EntryElements)[] = [];
   #sets: Map<string, SetDef> | undefined;
   readonly proto: NftProtocol;
@@ -307,7 +342,7 @@ class FragmentBuilder {
     if (affinity !== null && this.#affinityId !== "") {
       // Every entry point of the port leads to its one id; the id to its recorder.
       const recorder = affinityChainName(affinity.timeoutSeconds);
-      this.chains.set(recorder, affinityRecorderRules(affinity.timeoutSeconds));
+      this.#chain(recorder, affinityRecorderRules(affinity.timeoutSeconds));
       this.element(
         entry.nodePort ? NAMES.affinityNodeportIds : NAMES.affinityIds,
         key,
@@ -327,17 +362,19 @@ class FragmentBuilder {
     const f = this.#options.family;
     if (spec.sticky && f === "ip6") return this.#stickyIPv6(endpoints, spec.local);
     const plainName = balancerChainName({ ...spec, sticky: false });
-    const map = endpointMapName(spec.local, spec.protocol);
-    const nodePortMap = endpointMapName(spec.local, spec.protocol, true);
-    const pick = endpointPick(this.#options.scheduler, f, spec.count);
-    this.chains.set(plainName, [
-      `dnat ${f} to ${f} daddr . meta l4proto . th dport . ${pick} map @${map}`,
-      // No element for the packet's address: a node port, on whichever local address.
-      `dnat ${f} to meta l4proto . th dport . ${pick} map @${nodePortMap}`,
-    ]);
+    this.#sharedChain(plainName, () => {
+      const map = endpointMapName(spec.local, spec.protocol);
+      const nodePortMap = endpointMapName(spec.local, spec.protocol, true);
+      const pick = endpointPick(this.#options.scheduler, f, spec.count);
+      return [
+        `dnat ${f} to ${f} daddr . meta l4proto . th dport . ${pick} map @${map}`,
+        // No element for the packet's address: a node port, on whichever local address.
+        `dnat ${f} to meta l4proto . th dport . ${pick} map @${nodePortMap}`,
+      ];
+    });
     if (!spec.sticky) return plainName;
     const name = balancerChainName(spec);
-    this.chains.set(name, [
+    this.#sharedChain(name, () => [
       // The service port's id, unless the packet carries a priority of its own (then no
       // affinity: the id would overwrite it).
       `meta priority none meta priority set ${f} daddr . meta l4proto . th dport map @${NAMES.affinityIds}`,
@@ -346,6 +383,23 @@ class FragmentBuilder {
       `goto ${plainName}`,
     ]);
     return name;
+  }
+
+  /** Adds a chain of this port's. */
+  #chain(name: string, rules: readonly string[]): void {
+    if (this.#chains === undefined) this.#chains = new Map([[name, rules]]);
+    else if (this.#ownChains) (this.#chains as Map<string, readonly string[]>).set(name, rules);
+    else if (this.#chains.get(name) !== rules) {
+      this.#chains = new Map([...this.#chains, [name, rules]]);
+    } else return;
+    this.#ownChains = true;
+  }
+
+  /** Adds a shared chain (a balancer) whose rules depend only on its name and the options. */
+  #sharedChain(name: string, rules: () => readonly string[]): void {
+    const shared = singleChain(this.#options, name, rules);
+    if (this.#chains === undefined) this.#chains = shared;
+    else this.#chain(name, shared.get(name)!);
   }
 
   /**
@@ -372,7 +426,7 @@ class FragmentBuilder {
         dynamic: true,
         comment: safeComment(`${this.#comment} clients sticking to ${id}`),
       });
-      this.chains.set(chain, [
+      this.#chain(chain, [
         `update @${set} { ip6 saddr }`,
         `meta l4proto ${this.proto} dnat ip6 to ${id}`,
       ]);
@@ -393,7 +447,7 @@ class FragmentBuilder {
           targets.map((chain, i) => `${i} : goto ${chain}`).join(", ")
         } }`,
       ];
-    this.chains.set(name, [...checks, ...picks]);
+    this.#chain(name, [...checks, ...picks]);
     return name;
   }
 
@@ -419,7 +473,7 @@ class FragmentBuilder {
         local.length > 0 ? `goto ${this.balancer(local, { local: true, sticky })}` : "drop",
       );
     }
-    this.chains.set(name, rules);
+    this.#chain(name, rules);
     return name;
   }
 
@@ -440,9 +494,10 @@ class FragmentBuilder {
   }
 
   build(): Fragment {
+    const chains = this.#chains ?? NO_CHAINS;
     return this.#sets === undefined
-      ? { chains: this.chains, elements: this.elements }
-      : { chains: this.chains, elements: this.elements, sets: this.#sets };
+      ? { chains, elements: this.elements }
+      : { chains, elements: this.elements, sets: this.#sets };
   }
 }
 
