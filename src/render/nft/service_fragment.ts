@@ -79,28 +79,40 @@ class EndpointElements implements EntryElements {
   }
 }
 
-/**
- * The shared balancer chains' rules, per render options (so per plan and family) and chain
- * name: every service port with N endpoints renders the same `lb-…-N` rules, so they are
- * written once per plan instead of once per port, and the ports whose only chain is one of
- * them share one chains map ({@link singleChain}).
- */
-const balancers = new WeakMap<
-  NftRenderOptions,
-  Map<string, ReadonlyMap<string, readonly string[]>>
->();
+/** A shared balancer chain: its name and a one-chain map of it. */
+interface SharedChain {
+  readonly name: string;
+  readonly chains: ReadonlyMap<string, readonly string[]>;
+}
 
-/** The one-chain map of a shared balancer with these rules (computed once per options). */
-function singleChain(
+/**
+ * The shared balancer chains, per render options (so per plan and family) and
+ * {@link balancerKey}: every service port with N endpoints renders the same `lb-…-N` chain, so
+ * its name and rules are written once per plan instead of once per port, and the ports whose
+ * only chain is a balancer share its one-chain map.
+ */
+const balancers = new WeakMap<NftRenderOptions, Map<number, SharedChain>>();
+
+/** A balancer's chain (made once per options and key). */
+function sharedChain(
   options: NftRenderOptions,
-  name: string,
-  rules: () => readonly string[],
-): ReadonlyMap<string, readonly string[]> {
-  let byName = balancers.get(options);
-  if (byName === undefined) balancers.set(options, byName = new Map());
-  let chains = byName.get(name);
-  if (chains === undefined) byName.set(name, chains = new Map([[name, rules()]]));
-  return chains;
+  key: number,
+  make: () => [string, readonly string[]],
+): SharedChain {
+  let byKey = balancers.get(options);
+  if (byKey === undefined) balancers.set(options, byKey = new Map());
+  let chain = byKey.get(key);
+  if (chain === undefined) {
+    const [name, rules] = make();
+    byKey.set(key, chain = { name, chains: new Map([[name, rules]]) });
+  }
+  return chain;
+}
+
+/** A small integer per balancer spec (a map key that needs no string). */
+function balancerKey(spec: BalancerSpec): number {
+  const protocol = NFT_PROTOCOLS.indexOf(spec.protocol);
+  return ((spec.count * 3 + protocol) * 2 + (spec.local ? 1 : 0)) * 2 + (spec.sticky ? 1 : 0);
 }
 
 /**
@@ -250,7 +262,7 @@ interface OpenGroup {
 class FragmentBuilder {
   /**
    * The chains so far: none, a shared balancer's one-chain map (most ports: see
-   * {@link singleChain}), or this port's own map.
+   * {@link sharedChain}), or this port's own map.
    */
   #chains: ReadonlyMap<string, readonly string[]> | undefined;
   /** {@link #chains} is this port's own map (not a shared one). */
@@ -361,28 +373,26 @@ class FragmentBuilder {
     const spec: BalancerSpec = { protocol: this.proto, count: endpoints.length, ...how };
     const f = this.#options.family;
     if (spec.sticky && f === "ip6") return this.#stickyIPv6(endpoints, spec.local);
-    const plainName = balancerChainName({ ...spec, sticky: false });
-    this.#sharedChain(plainName, () => {
+    const plain: BalancerSpec = { ...spec, sticky: false };
+    const plainName = this.#sharedChain(plain, () => {
       const map = endpointMapName(spec.local, spec.protocol);
       const nodePortMap = endpointMapName(spec.local, spec.protocol, true);
       const pick = endpointPick(this.#options.scheduler, f, spec.count);
-      return [
+      return [balancerChainName(plain), [
         `dnat ${f} to ${f} daddr . meta l4proto . th dport . ${pick} map @${map}`,
         // No element for the packet's address: a node port, on whichever local address.
         `dnat ${f} to meta l4proto . th dport . ${pick} map @${nodePortMap}`,
-      ];
+      ]];
     });
     if (!spec.sticky) return plainName;
-    const name = balancerChainName(spec);
-    this.#sharedChain(name, () => [
+    return this.#sharedChain(spec, () => [balancerChainName(spec), [
       // The service port's id, unless the packet carries a priority of its own (then no
       // affinity: the id would overwrite it).
       `meta priority none meta priority set ${f} daddr . meta l4proto . th dport map @${NAMES.affinityIds}`,
       `meta priority none meta priority set meta l4proto . th dport map @${NAMES.affinityNodeportIds}`,
       `meta l4proto ${spec.protocol} dnat ${f} to ${f} saddr . meta priority map @${NAMES.affinity}`,
       `goto ${plainName}`,
-    ]);
-    return name;
+    ]]);
   }
 
   /** Adds a chain of this port's. */
@@ -395,11 +405,12 @@ class FragmentBuilder {
     this.#ownChains = true;
   }
 
-  /** Adds a shared chain (a balancer) whose rules depend only on its name and the options. */
-  #sharedChain(name: string, rules: () => readonly string[]): void {
-    const shared = singleChain(this.#options, name, rules);
-    if (this.#chains === undefined) this.#chains = shared;
-    else this.#chain(name, shared.get(name)!);
+  /** Adds a balancer's chain (rules depending only on its spec and the options); its name. */
+  #sharedChain(spec: BalancerSpec, make: () => [string, readonly string[]]): string {
+    const { name, chains } = sharedChain(this.#options, balancerKey(spec), make);
+    if (this.#chains === undefined) this.#chains = chains;
+    else this.#chain(name, chains.get(name)!);
+    return name;
   }
 
   /**
