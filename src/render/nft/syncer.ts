@@ -14,6 +14,10 @@
  * owners disagree, so a script never adds a key twice. A chain is created when its first owner
  * appears and deleted, last in the transaction, when its last owner goes.
  *
+ * A full plan needs only each object's owner in force ({@link TableInForce}); who else owns it
+ * is recorded from the remembered fragments when a partial plan first needs it, so a cold
+ * start does not pay for the owner indexes (the first partial sync after it does, once).
+ *
  * Elements stay the formatted lines the ruleset rendered. Owners are counted per key, except in
  * the endpoint maps (nine in ten elements): there per entry point (`addr . proto . port`), whose
  * elements `entry . 0`, `entry . 1`, … are in force as if counted per key — index `i` from the
