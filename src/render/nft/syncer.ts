@@ -172,6 +172,10 @@ export class NftSyncer {
       table.add(owner, fragment);
     }
     const chains = table.chains;
+    // What the commit keeps of the table in force (no closure here holds the rest, which is
+    // garbage once the script is written, before it is applied).
+    const fullChains = new Set(chains.keys());
+    const affinity = table.hasElementsIn(NAMES.affinityRecorders);
     const previousChains = previous === null ? null : chainNamesOf(previous);
     for (const set of [...skeleton.sets, ...[...sets.active()].map(([, set]) => set)]) {
       tx.addSet(set);
@@ -190,7 +194,7 @@ export class NftSyncer {
     if (skeleton.elements.length > 0) addElements(tx, skeleton.elements);
     table.writeElements(tx);
     if (previous !== null) {
-      deleteChains(tx, [...previousChains!].filter((n) => !chains.has(n)));
+      deleteChains(tx, [...previousChains!].filter((n) => !fullChains.has(n)));
       for (const [name, set] of previous.sets.active()) {
         if (!sets.has(name)) tx.deleteSet(set.kind, name);
       }
@@ -209,8 +213,8 @@ export class NftSyncer {
           fragments,
           sharedChains,
           sets,
-          fullChains: new Set(chains.keys()),
-          affinity: table.hasElementsIn(NAMES.affinityRecorders),
+          fullChains,
+          affinity,
           owners: null,
         };
       },
