@@ -179,7 +179,8 @@ export function sameRules(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((r, i) => r === b[i]);
 }
 
-function sameSet(a: SetDef, b: SetDef): boolean {
+/** Two set definitions are the same (`add set` of one where the other is is a no-op). */
+export function sameSet(a: SetDef, b: SetDef): boolean {
   return a.kind === b.kind && a.name === b.name && a.type === b.type &&
     sameRules(a.flags ?? [], b.flags ?? []) && a.timeoutSeconds === b.timeoutSeconds &&
     a.size === b.size && a.dynamic === b.dynamic && a.comment === b.comment;

@@ -266,3 +266,28 @@ Deno.test("NftPlanner.affinityTargets() is empty without a ClientIP port", () =>
   proxy.sync();
   assert.deepEqual(proxy.planner.affinityTargets(), new Map());
 });
+
+Deno.test("NftPlanner's partial sync recreates an IPv6 ClientIP set whose timeout changed, as a full sync would build it", () => {
+  const sticky = (timeoutSeconds: number) =>
+    service({
+      name: "web",
+      clusterIPs: ["fd00:96::10"],
+      spec: {
+        sessionAffinity: "ClientIP",
+        sessionAffinityConfig: { clientIP: { timeoutSeconds } },
+      },
+    });
+  const v6 = endpointSlice({
+    name: "web-1",
+    service: "web",
+    addressType: "IPv6",
+    endpoints: ["fd00:244::11"],
+  });
+  const proxy = new ModelProxy().put(sticky(10800), v6);
+  proxy.sync();
+  proxy.put(sticky(60));
+  const { script, full } = proxy.sync();
+  assert.equal(full, false);
+  assert.match(script, /^delete set ip6 kube-nftproxy affinity-/m);
+  assert.equal(proxy.model.canonical(), freshTables([sticky(60), v6]));
+});

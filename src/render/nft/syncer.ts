@@ -39,6 +39,7 @@ import {
   ownersOf,
   sameFragment,
   sameRules,
+  sameSet,
   SharedChains,
 } from "./ownership.ts";
 import { TableInForce } from "./in_force.ts";
@@ -255,11 +256,27 @@ export class NftSyncer {
     // Sets and chains first (elements and rules may point at new ones); deletions last, after
     // the elements and rules that pointed at them are gone.
     const deletedSets: SetDef[] = [];
+    /** Sets whose definition changed (an IPv6 ClientIP timeout): recreated, clients forgotten. */
+    const redefined: SetDef[] = [];
     for (const [name, changes] of setChanges.byId) {
       const before = applied.sets.get(name);
       const after = applied.sets.after(name, changes);
       if (after !== undefined && before === undefined) tx.addSet(after);
       if (after === undefined && before !== undefined) deletedSets.push(before);
+      if (after !== undefined && before !== undefined && !sameSet(before, after)) {
+        redefined.push(after);
+      }
+    }
+    // nft cannot change a set's timeout; a set in use cannot be deleted: the chains using it are
+    // emptied first, and written again below.
+    const users = new Map<string, readonly string[]>();
+    if (redefined.length > 0) {
+      const refs = redefined.map((set) => `@${set.name} `);
+      for (const [chain, rules] of owners.chains.active()) {
+        if (rules.some((rule) => refs.some((ref) => rule.includes(ref)))) users.set(chain, rules);
+      }
+      users.forEach((_, chain) => tx.flushChain(chain));
+      for (const set of redefined) tx.deleteSet(set.kind, set.name).addSet(set);
     }
     const deletedChains: string[] = [];
     const rewritten: [string, readonly string[]][] = [];
@@ -274,6 +291,15 @@ export class NftSyncer {
       // Every new chain exists before any rule is written: a rewritten chain may jump to one.
       if (before === undefined) tx.addChain({ name });
       rewritten.push([name, after]);
+    }
+    if (users.size > 0) {
+      const written = new Set([...rewritten.map(([name]) => name), ...deletedChains]);
+      for (const [name, rules] of users) {
+        // Not rewritten or deleted anyway: its rules again.
+        if (written.has(name)) continue;
+        const changes = chainChanges.byId.get(name);
+        rewritten.push([name, changes ? owners.chains.after(name, changes)! : rules]);
+      }
     }
     for (const [name, rules] of rewritten) {
       if (owners.chains.has(name)) tx.flushChain(name);
