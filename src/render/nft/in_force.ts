@@ -22,7 +22,8 @@ interface KeyedSlots {
   readonly entries: false;
   readonly slots: Map<string, number>;
   readonly lines: string[];
-  readonly owners: string[];
+  /** Per slot, the owner in force: its index in the table's owners (a number, not a pointer). */
+  readonly owners: number[];
 }
 
 /** An endpoint map's entry points: a slot per entry point; every owner's elements if shared. */
@@ -30,7 +31,7 @@ interface EntrySlots {
   readonly entries: true;
   readonly slots: Map<string, number>;
   readonly groups: EntryElements[];
-  readonly owners: string[];
+  readonly owners: number[];
   /** Slots with several owners: each owner's elements, in the order they came. */
   readonly shared: Map<number, [string, EntryElements][]>;
 }
@@ -41,6 +42,8 @@ export class TableInForce {
   readonly chains = new Map<string, { owner: string; rules: readonly string[] }>();
   /** Set names in the order of their first element. */
   readonly #sets = new Map<string, KeyedSlots | EntrySlots>();
+  /** Owner keys in the order added; slots refer to owners by index here. */
+  readonly #owners: string[] = [];
 
   /** Whether any fragment added an element to the set. */
   hasElementsIn(set: string): boolean {
@@ -49,6 +52,9 @@ export class TableInForce {
 
   /** Adds a service port's fragment; `owner` is its key. */
   add(owner: string, fragment: Fragment): void {
+    const owners = this.#owners;
+    const ordinal = owners.length;
+    owners.push(owner);
     for (const [name, rules] of fragment.chains) {
       const known = this.chains.get(name);
       if (known === undefined) this.chains.set(name, { owner, rules });
@@ -64,14 +70,14 @@ export class TableInForce {
         if (slot === undefined) {
           set.slots.set(group.entry, set.groups.length);
           set.groups.push(group);
-          set.owners.push(owner);
+          set.owners.push(ordinal);
           continue;
         }
-        let owners = set.shared.get(slot);
-        if (owners === undefined) {
-          set.shared.set(slot, owners = [[set.owners[slot], set.groups[slot]]]);
+        let shared = set.shared.get(slot);
+        if (shared === undefined) {
+          set.shared.set(slot, shared = [[owners[set.owners[slot]], set.groups[slot]]]);
         }
-        owners.push([owner, group]);
+        shared.push([owner, group]);
         continue;
       }
       const set = this.#keyedSlots(group.set);
@@ -81,10 +87,10 @@ export class TableInForce {
         if (slot === undefined) {
           set.slots.set(keys[i], set.lines.length);
           set.lines.push(lines[i]);
-          set.owners.push(owner);
-        } else if (owner < set.owners[slot]) {
+          set.owners.push(ordinal);
+        } else if (owner < owners[set.owners[slot]]) {
           set.lines[slot] = lines[i];
-          set.owners[slot] = owner;
+          set.owners[slot] = ordinal;
         }
       }
     }
