@@ -126,8 +126,21 @@ export const NFT_PROTOCOLS: readonly NftProtocol[] = ["tcp", "udp", "sctp"];
  * comes to.
  */
 export function endpointMapName(local: boolean, protocol: NftProtocol, nodePort = false): string {
-  return `${local ? "local" : "cluster"}-${nodePort ? "nodeport-" : ""}endpoints-${protocol}`;
+  return ENDPOINT_MAPS[local ? 1 : 0][nodePort ? 1 : 0][protocol];
 }
+
+/**
+ * Every endpoint map's name, written once: a render looks one up per entry point, and a name
+ * written anew each time is a new string to allocate and hash as a map key.
+ */
+const ENDPOINT_MAPS = [false, true].map((local) =>
+  [false, true].map((nodePort) =>
+    Object.fromEntries(NFT_PROTOCOLS.map((protocol) => [
+      protocol,
+      `${local ? "local" : "cluster"}-${nodePort ? "nodeport-" : ""}endpoints-${protocol}`,
+    ])) as Record<NftProtocol, string>
+  )
+);
 
 /** How a load-balancing chain picks an endpoint. */
 export interface BalancerSpec {

@@ -237,3 +237,57 @@ Deno.test("NftPlanner's partial syncs after any event sequence are accepted in o
     `${nonEmpty} non-empty scripts`,
   );
 });
+
+Deno.test("NftPlanner.affinityTargets() names each ClientIP port's endpoints, after a full sync and after partial ones", () => {
+  const sticky = (clusterIP: string, name: string) =>
+    service({ name, clusterIPs: [clusterIP], spec: { sessionAffinity: "ClientIP" } });
+  const proxy = new ModelProxy().put(
+    sticky("10.96.0.10", "web"),
+    slice(["10.244.1.11", "10.244.1.12"]),
+    web("10.96.0.20", "db"),
+    slice(["10.244.1.13"], "db"),
+  );
+  proxy.sync();
+  const targets = () =>
+    [...proxy.planner.affinityTargets()].map(([id, endpoints]) => [id, [...endpoints].sort()]);
+  // One id, the sticky port's; the plain `db` has none.
+  const [[id]] = targets();
+  assert.deepEqual(targets(), [[id, ["10.244.1.11 . 8080", "10.244.1.12 . 8080"]]]);
+  proxy.put(slice(["10.244.1.12", "10.244.1.14"]));
+  assert.equal(proxy.sync().full, false);
+  assert.deepEqual(targets(), [[id, ["10.244.1.12 . 8080", "10.244.1.14 . 8080"]]]);
+  proxy.remove(sticky("10.96.0.10", "web"));
+  proxy.sync();
+  assert.deepEqual(targets(), []);
+});
+
+Deno.test("NftPlanner.affinityTargets() is empty without a ClientIP port", () => {
+  const proxy = new ModelProxy().put(web(), slice(["10.244.1.11"]));
+  proxy.sync();
+  assert.deepEqual(proxy.planner.affinityTargets(), new Map());
+});
+
+Deno.test("NftPlanner's partial sync recreates an IPv6 ClientIP set whose timeout changed, as a full sync would build it", () => {
+  const sticky = (timeoutSeconds: number) =>
+    service({
+      name: "web",
+      clusterIPs: ["fd00:96::10"],
+      spec: {
+        sessionAffinity: "ClientIP",
+        sessionAffinityConfig: { clientIP: { timeoutSeconds } },
+      },
+    });
+  const v6 = endpointSlice({
+    name: "web-1",
+    service: "web",
+    addressType: "IPv6",
+    endpoints: ["fd00:244::11"],
+  });
+  const proxy = new ModelProxy().put(sticky(10800), v6);
+  proxy.sync();
+  proxy.put(sticky(60));
+  const { script, full } = proxy.sync();
+  assert.equal(full, false);
+  assert.match(script, /^delete set ip6 kube-nftproxy affinity-/m);
+  assert.equal(proxy.model.canonical(), freshTables([sticky(60), v6]));
+});

@@ -79,6 +79,42 @@ class EndpointElements implements EntryElements {
   }
 }
 
+/** A shared balancer chain: its name and a one-chain map of it. */
+interface SharedChain {
+  readonly name: string;
+  readonly chains: ReadonlyMap<string, readonly string[]>;
+}
+
+/**
+ * The shared balancer chains, per render options (so per plan and family) and
+ * {@link balancerKey}: every service port with N endpoints renders the same `lb-…-N` chain, so
+ * its name and rules are written once per plan instead of once per port, and the ports whose
+ * only chain is a balancer share its one-chain map.
+ */
+const balancers = new WeakMap<NftRenderOptions, Map<number, SharedChain>>();
+
+/** A balancer's chain (made once per options and key). */
+function sharedChain(
+  options: NftRenderOptions,
+  key: number,
+  make: () => [string, readonly string[]],
+): SharedChain {
+  let byKey = balancers.get(options);
+  if (byKey === undefined) balancers.set(options, byKey = new Map());
+  let chain = byKey.get(key);
+  if (chain === undefined) {
+    const [name, rules] = make();
+    byKey.set(key, chain = { name, chains: new Map([[name, rules]]) });
+  }
+  return chain;
+}
+
+/** A small integer per balancer spec (a map key that needs no string). */
+function balancerKey(spec: BalancerSpec): number {
+  const protocol = NFT_PROTOCOLS.indexOf(spec.protocol);
+  return ((spec.count * 3 + protocol) * 2 + (spec.local ? 1 : 0)) * 2 + (spec.sticky ? 1 : 0);
+}
+
 /**
  * One way into a service port: the address and port the client used, or a node port (on
  * whichever node address: no address).
@@ -125,8 +161,10 @@ export function renderServicePort(
   }
 
   // External IPs, load-balancer IPs and node ports: external traffic policy.
-  const addressEntries = [...inFamily(port.externalIPs), ...inFamily(port.loadBalancerIPs)]
-    .map((address): Entry => ({ address, port: port.port }));
+  const addresses = port.externalIPs.length + port.loadBalancerIPs.length === 0
+    ? port.externalIPs
+    : [...inFamily(port.externalIPs), ...inFamily(port.loadBalancerIPs)];
+  const addressEntries = addresses.map((address): Entry => ({ address, port: port.port }));
   const servesNodePorts = options.nodePortsOnAllAddresses || options.nodePortIPs.length > 0;
   const nodePortEntries: Entry[] = port.nodePort === 0 || !servesNodePorts
     ? []
@@ -198,7 +236,8 @@ function ofFamily<T extends string | { readonly ip: string }>(
  * The ranges not inside another one of the list: nft refuses overlapping intervals in one
  * set, and a range inside another allows nothing more.
  */
-function outermost(cidrs: readonly string[]): string[] {
+function outermost(cidrs: readonly string[]): readonly string[] {
+  if (cidrs.length === 0) return cidrs;
   const byWidth = [...new Set(cidrs)]
     .sort((a, b) => Number(a.split("/")[1]) - Number(b.split("/")[1]));
   const kept: string[] = [];
@@ -207,6 +246,8 @@ function outermost(cidrs: readonly string[]): string[] {
   }
   return kept;
 }
+
+const NO_CHAINS: ReadonlyMap<string, readonly string[]> = new Map();
 
 /** A set's group being filled. */
 interface OpenGroup {
@@ -219,7 +260,13 @@ interface OpenGroup {
 
 /** Accumulates one service port's chains and elements. */
 class FragmentBuilder {
-  readonly chains = new Map<string, readonly string[]>();
+  /**
+   * The chains so far: none, a shared balancer's one-chain map (most ports: see
+   * {@link sharedChain}), or this port's own map.
+   */
+  #chains: ReadonlyMap<string, readonly string[]> | undefined;
+  /** {@link #chains} is this port's own map (not a shared one). */
+  #ownChains = false;
   readonly elements: (OpenGroup | EntryElements)[] = [];
   #sets: Map<string, SetDef> | undefined;
   readonly proto: NftProtocol;
@@ -307,7 +354,7 @@ class FragmentBuilder {
     if (affinity !== null && this.#affinityId !== "") {
       // Every entry point of the port leads to its one id; the id to its recorder.
       const recorder = affinityChainName(affinity.timeoutSeconds);
-      this.chains.set(recorder, affinityRecorderRules(affinity.timeoutSeconds));
+      this.#chain(recorder, affinityRecorderRules(affinity.timeoutSeconds));
       this.element(
         entry.nodePort ? NAMES.affinityNodeportIds : NAMES.affinityIds,
         key,
@@ -326,25 +373,43 @@ class FragmentBuilder {
     const spec: BalancerSpec = { protocol: this.proto, count: endpoints.length, ...how };
     const f = this.#options.family;
     if (spec.sticky && f === "ip6") return this.#stickyIPv6(endpoints, spec.local);
-    const plainName = balancerChainName({ ...spec, sticky: false });
-    const map = endpointMapName(spec.local, spec.protocol);
-    const nodePortMap = endpointMapName(spec.local, spec.protocol, true);
-    const pick = endpointPick(this.#options.scheduler, f, spec.count);
-    this.chains.set(plainName, [
-      `dnat ${f} to ${f} daddr . meta l4proto . th dport . ${pick} map @${map}`,
-      // No element for the packet's address: a node port, on whichever local address.
-      `dnat ${f} to meta l4proto . th dport . ${pick} map @${nodePortMap}`,
-    ]);
+    const plain: BalancerSpec = { ...spec, sticky: false };
+    const plainName = this.#sharedChain(plain, () => {
+      const map = endpointMapName(spec.local, spec.protocol);
+      const nodePortMap = endpointMapName(spec.local, spec.protocol, true);
+      const pick = endpointPick(this.#options.scheduler, f, spec.count);
+      return [balancerChainName(plain), [
+        `dnat ${f} to ${f} daddr . meta l4proto . th dport . ${pick} map @${map}`,
+        // No element for the packet's address: a node port, on whichever local address.
+        `dnat ${f} to meta l4proto . th dport . ${pick} map @${nodePortMap}`,
+      ]];
+    });
     if (!spec.sticky) return plainName;
-    const name = balancerChainName(spec);
-    this.chains.set(name, [
+    return this.#sharedChain(spec, () => [balancerChainName(spec), [
       // The service port's id, unless the packet carries a priority of its own (then no
       // affinity: the id would overwrite it).
       `meta priority none meta priority set ${f} daddr . meta l4proto . th dport map @${NAMES.affinityIds}`,
       `meta priority none meta priority set meta l4proto . th dport map @${NAMES.affinityNodeportIds}`,
       `meta l4proto ${spec.protocol} dnat ${f} to ${f} saddr . meta priority map @${NAMES.affinity}`,
       `goto ${plainName}`,
-    ]);
+    ]]);
+  }
+
+  /** Adds a chain of this port's. */
+  #chain(name: string, rules: readonly string[]): void {
+    if (this.#chains === undefined) this.#chains = new Map([[name, rules]]);
+    else if (this.#ownChains) (this.#chains as Map<string, readonly string[]>).set(name, rules);
+    else if (this.#chains.get(name) !== rules) {
+      this.#chains = new Map([...this.#chains, [name, rules]]);
+    } else return;
+    this.#ownChains = true;
+  }
+
+  /** Adds a balancer's chain (rules depending only on its spec and the options); its name. */
+  #sharedChain(spec: BalancerSpec, make: () => [string, readonly string[]]): string {
+    const { name, chains } = sharedChain(this.#options, balancerKey(spec), make);
+    if (this.#chains === undefined) this.#chains = chains;
+    else this.#chain(name, chains.get(name)!);
     return name;
   }
 
@@ -372,7 +437,7 @@ class FragmentBuilder {
         dynamic: true,
         comment: safeComment(`${this.#comment} clients sticking to ${id}`),
       });
-      this.chains.set(chain, [
+      this.#chain(chain, [
         `update @${set} { ip6 saddr }`,
         `meta l4proto ${this.proto} dnat ip6 to ${id}`,
       ]);
@@ -393,7 +458,7 @@ class FragmentBuilder {
           targets.map((chain, i) => `${i} : goto ${chain}`).join(", ")
         } }`,
       ];
-    this.chains.set(name, [...checks, ...picks]);
+    this.#chain(name, [...checks, ...picks]);
     return name;
   }
 
@@ -419,7 +484,7 @@ class FragmentBuilder {
         local.length > 0 ? `goto ${this.balancer(local, { local: true, sticky })}` : "drop",
       );
     }
-    this.chains.set(name, rules);
+    this.#chain(name, rules);
     return name;
   }
 
@@ -440,9 +505,10 @@ class FragmentBuilder {
   }
 
   build(): Fragment {
+    const chains = this.#chains ?? NO_CHAINS;
     return this.#sets === undefined
-      ? { chains: this.chains, elements: this.elements }
-      : { chains: this.chains, elements: this.elements, sets: this.#sets };
+      ? { chains, elements: this.elements }
+      : { chains, elements: this.elements, sets: this.#sets };
   }
 }
 

@@ -14,6 +14,10 @@
  * owners disagree, so a script never adds a key twice. A chain is created when its first owner
  * appears and deleted, last in the transaction, when its last owner goes.
  *
+ * A full plan needs only each object's owner in force ({@link TableInForce}); who else owns it
+ * is recorded from the remembered fragments when a partial plan first needs it, so a cold
+ * start does not pay for the owner indexes (the first partial sync after it does, once).
+ *
  * Elements stay the formatted lines the ruleset rendered. Owners are counted per key, except in
  * the endpoint maps (nine in ten elements): there per entry point (`addr . proto . port`), whose
  * elements `entry . 0`, `entry . 1`, … are in force as if counted per key — index `i` from the
@@ -23,23 +27,26 @@
  *
  * @module
  */
-import { ELEMENT_SEPARATOR, type Fragment, type Skeleton } from "./fragment.ts";
+import type { Fragment, Skeleton } from "./fragment.ts";
 import { NAMES } from "./names.ts";
 import type { NftRenderOptions } from "./options.ts";
 import { OwnedIndex } from "./owned_index.ts";
 import {
   Changes,
   ElementChanges,
-  type ElementIndex,
   inForce,
+  type Owners,
+  ownersOf,
   sameFragment,
   sameRules,
+  sameSet,
   SharedChains,
 } from "./ownership.ts";
+import { TableInForce } from "./in_force.ts";
 import { AffinityIds } from "./affinity.ts";
 import { renderServicePort } from "./service_fragment.ts";
 import { renderSkeleton } from "./skeleton.ts";
-import { type ElementDef, type ElementRun, type SetDef, Transaction } from "./transaction.ts";
+import { type ElementDef, type SetDef, Transaction } from "./transaction.ts";
 import type { SyncInput, SyncRequest } from "../planner.ts";
 
 /** A planned transaction; call {@link commit} once `nft` has accepted it. */
@@ -67,8 +74,26 @@ interface Applied {
   readonly fragments: Map<string, Fragment>;
   readonly sharedChains: SharedChains;
   readonly sets: OwnedIndex<SetDef>;
-  readonly chains: OwnedIndex<readonly string[]>;
-  readonly elements: ElementIndex;
+  /** The chains of the full plan, while {@link owners} is not built. */
+  readonly fullChains: ReadonlySet<string>;
+  /** Whether the full plan had an IPv4 affinity id, while {@link owners} is not built. */
+  readonly affinity: boolean;
+  /**
+   * Every owner of every chain and element, built from {@link fragments} when first needed (a
+   * partial plan, or affinity targets) and kept up to date by partial plans from then on.
+   */
+  owners: Owners | null;
+}
+
+/** The owners of what was applied (built on first use; see {@link Applied.owners}). */
+function ownersOfApplied(applied: Applied): Owners {
+  return applied.owners ??= ownersOf(applied.fragments);
+}
+
+/** The chains applied. */
+function chainNamesOf(applied: Applied): ReadonlySet<string> {
+  if (applied.owners === null) return applied.fullChains;
+  return new Set([...applied.owners.chains.active()].map(([name]) => name));
 }
 
 /** Plans the transactions of one nft family. */
@@ -90,17 +115,19 @@ export class NftSyncer {
   affinityTargets(): Map<string, Set<string>> {
     const targets = new Map<string, Set<string>>();
     const applied = this.#applied;
-    if (applied === null) return targets;
+    // No recorder: no ClientIP port (and no owners to build for that).
+    if (applied === null || (applied.owners === null && !applied.affinity)) return targets;
+    const { elements } = ownersOfApplied(applied);
     const valueOf = (line: string) => line.slice(line.lastIndexOf(" : ") + 3);
-    for (const [id] of applied.elements.keyed.get(NAMES.affinityRecorders)?.active() ?? []) {
+    for (const [id] of elements.keyed.get(NAMES.affinityRecorders)?.active() ?? []) {
       targets.set(id, new Set());
     }
     // Entry point → its service port's id; a port's targets are those of all its entries.
     const idOfEntry = new Map<string, string>();
-    for (const [entry, line] of applied.elements.keyed.get(NAMES.affinityIds)?.active() ?? []) {
+    for (const [entry, line] of elements.keyed.get(NAMES.affinityIds)?.active() ?? []) {
       idOfEntry.set(entry, valueOf(line));
     }
-    for (const index of applied.elements.entries.values()) {
+    for (const index of elements.entries.values()) {
       for (const [entry] of index.active()) {
         const endpoints = targets.get(idOfEntry.get(entry) ?? "");
         if (endpoints === undefined) continue;
@@ -138,35 +165,19 @@ export class NftSyncer {
       if (fragment) fragments.set(key, sharedChains.share(fragment));
     }
     const sets = new OwnedIndex<SetDef>();
-    const chains = new OwnedIndex<readonly string[]>();
-    const elements: ElementIndex = { keyed: new Map(), entries: new Map() };
-    /** Set names in the order of their first element. */
-    const order: string[] = [];
+    const table = new TableInForce();
     for (const [owner, fragment] of fragments) {
       if (fragment.sets !== undefined) {
         for (const [name, set] of fragment.sets) sets.add(name, owner, set);
       }
-      for (const [name, rules] of fragment.chains) chains.add(name, owner, rules);
-      for (const group of fragment.elements) {
-        if (group.entry !== undefined) {
-          let index = elements.entries.get(group.set);
-          if (index === undefined) {
-            elements.entries.set(group.set, index = new OwnedIndex());
-            order.push(group.set);
-          }
-          index.add(group.entry, owner, group);
-          continue;
-        }
-        let index = elements.keyed.get(group.set);
-        if (index === undefined) {
-          elements.keyed.set(group.set, index = new OwnedIndex());
-          order.push(group.set);
-        }
-        const { keys, lines } = group;
-        for (let i = 0; i < keys.length; i++) index.add(keys[i], owner, lines[i]);
-      }
+      table.add(owner, fragment);
     }
-
+    const chains = table.chains;
+    // What the commit keeps of the table in force (no closure here holds the rest, which is
+    // garbage once the script is written, before it is applied).
+    const fullChains = new Set(chains.keys());
+    const affinity = table.hasElementsIn(NAMES.affinityRecorders);
+    const previousChains = previous === null ? null : chainNamesOf(previous);
     for (const set of [...skeleton.sets, ...[...sets.active()].map(([, set]) => set)]) {
       tx.addSet(set);
       if (previous !== null && !set.dynamic) tx.flushSet(set.kind, set.name);
@@ -175,34 +186,16 @@ export class NftSyncer {
       tx.addChain(def);
       if (previous !== null) tx.flushChain(def.name);
     }
-    for (const [name] of chains.active()) {
+    for (const name of chains.keys()) {
       tx.addChain({ name });
-      if (previous?.chains.has(name)) tx.flushChain(name);
+      if (previousChains?.has(name)) tx.flushChain(name);
     }
     for (const { def, rules } of skeleton.chains) rules.forEach((r) => tx.addRule(def.name, r));
-    for (const [name, rules] of chains.active()) rules.forEach((r) => tx.addRule(name, r));
+    for (const [name, { rules }] of chains) rules.forEach((r) => tx.addRule(name, r));
     if (skeleton.elements.length > 0) addElements(tx, skeleton.elements);
-    for (const set of order) {
-      const keyed = elements.keyed.get(set);
-      if (keyed !== undefined) {
-        const lines: string[] = [];
-        keyed.forEachActive((_, line) => lines.push(line));
-        tx.addElementLines(set, lines);
-        continue;
-      }
-      const index = elements.entries.get(set)!;
-      const runs: ElementRun[] = [];
-      index.forEachActive((entry, first, shared) => {
-        if (!shared) runs.push(first);
-        else {
-          const lines = inForce(index.valuesOf(entry));
-          runs.push({ text: lines.join(ELEMENT_SEPARATOR), count: lines.length });
-        }
-      });
-      tx.addElementRuns(set, runs);
-    }
+    table.writeElements(tx);
     if (previous !== null) {
-      deleteChains(tx, [...previous.chains.active()].map(([n]) => n).filter((n) => !chains.has(n)));
+      deleteChains(tx, [...previousChains!].filter((n) => !fullChains.has(n)));
       for (const [name, set] of previous.sets.active()) {
         if (!sets.has(name)) tx.deleteSet(set.kind, name);
       }
@@ -215,7 +208,16 @@ export class NftSyncer {
       full: true,
       servicePortsChanged: fragments.size,
       commit: () => {
-        this.#applied = { optionsKey, skeleton, fragments, sharedChains, sets, chains, elements };
+        this.#applied = {
+          optionsKey,
+          skeleton,
+          fragments,
+          sharedChains,
+          sets,
+          fullChains,
+          affinity,
+          owners: null,
+        };
       },
     };
   }
@@ -227,6 +229,7 @@ export class NftSyncer {
     applied: Applied,
   ): SyncPlan {
     const tx = new Transaction(options.family, options.table);
+    const owners = ownersOfApplied(applied);
     const replaced = new Map<string, Fragment | null>();
     for (const key of changed) {
       const port = input.services.get(key);
@@ -253,17 +256,33 @@ export class NftSyncer {
     // Sets and chains first (elements and rules may point at new ones); deletions last, after
     // the elements and rules that pointed at them are gone.
     const deletedSets: SetDef[] = [];
+    /** Sets whose definition changed (an IPv6 ClientIP timeout): recreated, clients forgotten. */
+    const redefined: SetDef[] = [];
     for (const [name, changes] of setChanges.byId) {
       const before = applied.sets.get(name);
       const after = applied.sets.after(name, changes);
       if (after !== undefined && before === undefined) tx.addSet(after);
       if (after === undefined && before !== undefined) deletedSets.push(before);
+      if (after !== undefined && before !== undefined && !sameSet(before, after)) {
+        redefined.push(after);
+      }
+    }
+    // nft cannot change a set's timeout; a set in use cannot be deleted: the chains using it are
+    // emptied first, and written again below.
+    const users = new Map<string, readonly string[]>();
+    if (redefined.length > 0) {
+      const refs = redefined.map((set) => `@${set.name} `);
+      for (const [chain, rules] of owners.chains.active()) {
+        if (rules.some((rule) => refs.some((ref) => rule.includes(ref)))) users.set(chain, rules);
+      }
+      users.forEach((_, chain) => tx.flushChain(chain));
+      for (const set of redefined) tx.deleteSet(set.kind, set.name).addSet(set);
     }
     const deletedChains: string[] = [];
     const rewritten: [string, readonly string[]][] = [];
     for (const [name, changes] of chainChanges.byId) {
-      const before = applied.chains.get(name);
-      const after = applied.chains.after(name, changes);
+      const before = owners.chains.get(name);
+      const after = owners.chains.after(name, changes);
       if (after === undefined) {
         if (before !== undefined) deletedChains.push(name);
         continue;
@@ -273,8 +292,17 @@ export class NftSyncer {
       if (before === undefined) tx.addChain({ name });
       rewritten.push([name, after]);
     }
+    if (users.size > 0) {
+      const written = new Set([...rewritten.map(([name]) => name), ...deletedChains]);
+      for (const [name, rules] of users) {
+        // Not rewritten or deleted anyway: its rules again.
+        if (written.has(name)) continue;
+        const changes = chainChanges.byId.get(name);
+        rewritten.push([name, changes ? owners.chains.after(name, changes)! : rules]);
+      }
+    }
     for (const [name, rules] of rewritten) {
-      if (applied.chains.has(name)) tx.flushChain(name);
+      if (owners.chains.has(name)) tx.flushChain(name);
       rules.forEach((r) => tx.addRule(name, r));
     }
     const additions: [string, string[]][] = [];
@@ -282,7 +310,7 @@ export class NftSyncer {
       const removals: string[] = [];
       const added: string[] = [];
       if (changes.entries) {
-        const index = applied.elements.entries.get(set) ?? new OwnedIndex();
+        const index = owners.elements.entries.get(set) ?? new OwnedIndex();
         // Changed and removed indexes of every entry point first, then the new ones, as a
         // change counted per key lists them.
         const grown: string[] = [];
@@ -298,7 +326,7 @@ export class NftSyncer {
         }
         added.push(...grown);
       } else {
-        const index = applied.elements.keyed.get(set) ?? new OwnedIndex();
+        const index = owners.elements.keyed.get(set) ?? new OwnedIndex();
         for (const [key, change] of changes.byId) {
           const before = index.get(key);
           const after = index.after(key, change);
@@ -326,8 +354,8 @@ export class NftSyncer {
           else applied.fragments.delete(key);
         }
         setChanges.applyTo(applied.sets);
-        chainChanges.applyTo(applied.chains);
-        elementChanges.applyTo(applied.elements);
+        chainChanges.applyTo(owners.chains);
+        elementChanges.applyTo(owners.elements);
       },
     };
   }
