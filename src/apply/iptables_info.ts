@@ -13,6 +13,7 @@
  * @module
  */
 import type { IPFamily } from "../model/service_port.ts";
+import { dlopenLibc, errnoName, lastErrno } from "./libc.ts";
 
 /** What the kernel says of one legacy table (the fields of `struct ipt_getinfo` but its name). */
 export interface TableInfo {
@@ -94,16 +95,6 @@ const SOL_IPV6 = 41;
 /** `IPT_SO_GET_INFO` and `IP6T_SO_GET_INFO` (`IPT_BASE_CTL` + 0). */
 const SO_GET_INFO = 64;
 
-const ERRNO_NAMES: Record<number, string> = {
-  1: "EPERM",
-  2: "ENOENT",
-  13: "EACCES",
-  22: "EINVAL",
-  92: "ENOPROTOOPT",
-  93: "EPROTONOSUPPORT",
-  97: "EAFNOSUPPORT",
-};
-
 const LIBC = {
   socket: { parameters: ["i32", "i32", "i32"], result: "i32" },
   getsockopt: { parameters: ["i32", "i32", "i32", "buffer", "buffer"], result: "i32" },
@@ -115,16 +106,14 @@ let libc: Deno.DynamicLibrary<typeof LIBC> | undefined;
 
 /** libc, opened once; throws {@link TableInfoError} (errno 0) where FFI or libc is unavailable. */
 function openLibc(): Deno.DynamicLibrary<typeof LIBC> {
-  if (libc !== undefined) return libc;
-  const errors: string[] = [];
-  for (const name of ["libc.so.6", "libc.so"]) {
-    try {
-      return libc = Deno.dlopen(name, LIBC);
-    } catch (error) {
-      errors.push(`${name}: ${(error as Error).message}`);
-    }
+  try {
+    return libc ??= dlopenLibc(LIBC);
+  } catch (error) {
+    throw new TableInfoError(
+      `cannot load libc for iptables table info: ${(error as Error).message}`,
+      0,
+    );
   }
-  throw new TableInfoError(`cannot load libc for iptables table info: ${errors.join("; ")}`, 0);
 }
 
 /**
@@ -175,9 +164,7 @@ function nativeLittleEndian(): boolean {
 }
 
 function errnoError(c: Deno.DynamicLibrary<typeof LIBC>["symbols"], what: string): Error {
-  const pointer = c.__errno_location();
-  const errno = pointer === null ? 0 : new Deno.UnsafePointerView(pointer).getInt32();
-  const name = ERRNO_NAMES[errno] ?? `errno ${errno}`;
+  const errno = lastErrno(c.__errno_location);
   // errno 0 means "not asked"; a failed call always sets one, but never let it read as "no FFI".
-  return new TableInfoError(`${what}: ${name}`, errno === 0 ? -1 : errno);
+  return new TableInfoError(`${what}: ${errnoName(errno)}`, errno === 0 ? -1 : errno);
 }

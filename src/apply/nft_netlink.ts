@@ -10,6 +10,7 @@
  *
  * @module
  */
+import { dlopenLibc, errnoName, lastErrno } from "./libc.ts";
 
 /** One element as the kernel dumps it. */
 export interface KernelElement {
@@ -74,15 +75,6 @@ const UDATA_SET_ELEM_COMMENT = 0;
 /** netfilter's protocol family numbers of nft's table families. */
 const FAMILIES: Record<string, number> = { ip: 2, ip6: 10, inet: 1 };
 
-const ERRNO_NAMES: Record<number, string> = {
-  1: "EPERM",
-  2: "ENOENT",
-  13: "EACCES",
-  93: "EPROTONOSUPPORT",
-  97: "EAFNOSUPPORT",
-  11: "EAGAIN",
-};
-
 const LIBC = {
   socket: { parameters: ["i32", "i32", "i32"], result: "i32" },
   setsockopt: { parameters: ["i32", "i32", "i32", "buffer", "u32"], result: "i32" },
@@ -96,16 +88,11 @@ let libc: Deno.DynamicLibrary<typeof LIBC> | undefined;
 
 /** libc, opened once; throws {@link NetlinkError} where FFI or libc is not available. */
 function openLibc(): Deno.DynamicLibrary<typeof LIBC> {
-  if (libc !== undefined) return libc;
-  const errors: string[] = [];
-  for (const name of ["libc.so.6", "libc.so"]) {
-    try {
-      return libc = Deno.dlopen(name, LIBC);
-    } catch (error) {
-      errors.push(`${name}: ${(error as Error).message}`);
-    }
+  try {
+    return libc ??= dlopenLibc(LIBC);
+  } catch (error) {
+    throw new NetlinkError(`cannot load libc for netlink: ${(error as Error).message}`, 0);
   }
-  throw new NetlinkError(`cannot load libc for netlink: ${errors.join("; ")}`, 0);
 }
 
 /**
@@ -318,7 +305,7 @@ export function readMessages(
       if (type === NLMSG_ERROR) {
         const errno = -view.getInt32(offset + 16, true);
         if (errno === 0) return true;
-        throw new NetlinkError(`the kernel refused: ${errnoName(errno)}`, errno);
+        throw new NetlinkError(`the kernel refused: ${errnoName(errno)} (${errno})`, errno);
       }
       // 16 bytes of header, 4 of nfgenmsg, then the attributes.
       onMessage(view, offset + 20, offset + length);
@@ -440,12 +427,7 @@ function align(n: number): number {
   return (n + 3) & ~3;
 }
 
-function errnoName(errno: number): string {
-  return `${ERRNO_NAMES[errno] ?? "errno"} (${errno})`;
-}
-
 function errnoError(c: Deno.DynamicLibrary<typeof LIBC>["symbols"], what: string): NetlinkError {
-  const pointer = c.__errno_location();
-  const errno = pointer === null ? 0 : new Deno.UnsafePointerView(pointer).getInt32();
-  return new NetlinkError(`${what}: ${errnoName(errno)}`, errno);
+  const errno = lastErrno(c.__errno_location);
+  return new NetlinkError(`${what}: ${errnoName(errno)} (${errno})`, errno);
 }

@@ -1,0 +1,47 @@
+/**
+ * libc through Deno's FFI, for the modules that ask the kernel directly (nft_netlink.ts,
+ * iptables_info.ts): opening it, reading `errno` after a failed call and naming it.
+ *
+ * @module
+ */
+
+/** The names of the errnos the kernel answers these callers with. */
+const ERRNO_NAMES: Record<number, string> = {
+  1: "EPERM",
+  2: "ENOENT",
+  11: "EAGAIN",
+  13: "EACCES",
+  22: "EINVAL",
+  92: "ENOPROTOOPT",
+  93: "EPROTONOSUPPORT",
+  97: "EAFNOSUPPORT",
+};
+
+/**
+ * libc with `symbols`, or, where FFI is not permitted or no libc loads, an Error saying what
+ * each attempt answered (the caller turns it into its own "not available" error).
+ */
+export function dlopenLibc<S extends Deno.ForeignLibraryInterface>(
+  symbols: S,
+): Deno.DynamicLibrary<S> {
+  const errors: string[] = [];
+  for (const name of ["libc.so.6", "libc.so"]) {
+    try {
+      return Deno.dlopen(name, symbols);
+    } catch (error) {
+      errors.push(`${name}: ${(error as Error).message}`);
+    }
+  }
+  throw new Error(errors.join("; "));
+}
+
+/** The calling thread's `errno`, read through libc's `__errno_location()` (0 when unknown). */
+export function lastErrno(errnoLocation: () => Deno.PointerValue): number {
+  const pointer = errnoLocation();
+  return pointer === null ? 0 : new Deno.UnsafePointerView(pointer).getInt32();
+}
+
+/** `EPERM` for 1, …; `errno N` for one without a name here. */
+export function errnoName(errno: number): string {
+  return ERRNO_NAMES[errno] ?? `errno ${errno}`;
+}
