@@ -31,7 +31,7 @@ import type { SectionExtras } from "../render/iptables/syncer.ts";
 import { isServiceChainName } from "../render/iptables/names.ts";
 import { splitSections } from "../render/iptables/script.ts";
 import { type FamilySupport, probeFamilies } from "./families.ts";
-import { type ProgramResult, runProgram } from "./program.ts";
+import { killAfter, type ProgramResult, runProgram } from "./program.ts";
 
 /** Which iptables implementation programs the kernel. */
 export type IptablesBackend = "nft" | "legacy";
@@ -186,15 +186,7 @@ export async function restoreStreamed(
     const stderr = `cannot run ${program}: ${(err as Error).message}`;
     throw new IptablesApplyError(stderr, { family, line: 0, scriptLine: "", stderr, cause: err });
   }
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    try {
-      child.kill("SIGKILL");
-    } catch {
-      // it exited just now
-    }
-  }, options.timeoutMs ?? 120_000);
+  const limit = killAfter(child, options.timeoutMs ?? 120_000);
   try {
     const stderrText = new Response(child.stderr).text();
     const writer = child.stdin.getWriter();
@@ -231,11 +223,11 @@ export async function restoreStreamed(
     }
     const status = await child.status;
     const stderr = await stderrText;
-    if (status.code === 0 && !timedOut) return;
+    if (status.code === 0 && !limit.timedOut) return;
     throw restoreError(
       program,
       family,
-      timedOut ? `${stderr}killed after ${options.timeoutMs ?? 120_000} ms` : stderr,
+      limit.timedOut ? `${stderr}killed after ${options.timeoutMs ?? 120_000} ms` : stderr,
       status.code,
       (fedLine) => {
         const text = lineOf(render(), fedLine);
@@ -243,7 +235,7 @@ export async function restoreStreamed(
       },
     );
   } finally {
-    clearTimeout(timer);
+    limit.cancel();
   }
 }
 

@@ -49,15 +49,7 @@ export async function runProgram(
     stdout: options.discardStdout ? "null" : "piped",
     stderr: "piped",
   }).spawn();
-  let timedOut = false;
-  const timer = options.timeoutMs === undefined ? undefined : setTimeout(() => {
-    timedOut = true;
-    try {
-      child.kill("SIGKILL");
-    } catch {
-      // it exited just now
-    }
-  }, options.timeoutMs);
+  const limit = killAfter(child, options.timeoutMs);
   try {
     if (options.stdin !== undefined) {
       const writer = child.stdin.getWriter();
@@ -71,9 +63,36 @@ export async function runProgram(
       code: out.code,
       stdout: options.discardStdout ? "" : decoder.decode(out.stdout),
       stderr: decoder.decode(out.stderr),
-      timedOut,
+      timedOut: limit.timedOut,
     };
   } finally {
-    clearTimeout(timer);
+    limit.cancel();
   }
+}
+
+/** The time limit {@link killAfter} set on a child. */
+export interface TimeLimit {
+  /** The limit was reached and the child killed. */
+  readonly timedOut: boolean;
+  /** Stops the timer (call once the child has exited). */
+  cancel(): void;
+}
+
+/** Kills `child` with SIGKILL after `ms` (never when undefined). */
+export function killAfter(child: Deno.ChildProcess, ms: number | undefined): TimeLimit {
+  let timedOut = false;
+  const timer = ms === undefined ? undefined : setTimeout(() => {
+    timedOut = true;
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // it exited just now
+    }
+  }, ms);
+  return {
+    get timedOut() {
+      return timedOut;
+    },
+    cancel: () => clearTimeout(timer),
+  };
 }

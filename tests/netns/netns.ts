@@ -21,6 +21,7 @@
  *
  * @module
  */
+import { runProgram } from "../../src/apply/program.ts";
 
 /** Every namespace the harness creates starts with this. */
 export const NETNS_PREFIX = "knp-";
@@ -119,44 +120,12 @@ export function commandLine(cmd: readonly string[], ns?: string): string[] {
  * ```
  */
 export async function run(cmd: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
-  const argv = commandLine(cmd, opts.ns);
-  const child = new Deno.Command(argv[0], {
-    args: argv.slice(1),
-    stdin: opts.stdin === undefined ? "null" : "piped",
-    stdout: "piped",
-    stderr: "piped",
+  // The namespace is checked (and the machine's own refused) here; runProgram runs the line.
+  return await runProgram(commandLine(cmd, opts.ns), {
+    stdin: opts.stdin,
     env: opts.env,
-  }).spawn();
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    try {
-      child.kill("SIGKILL");
-    } catch {
-      // already exited
-    }
-  }, opts.timeoutMs ?? DEFAULT_RUN_TIMEOUT_MS);
-  try {
-    if (opts.stdin !== undefined) {
-      const writer = child.stdin.getWriter();
-      try {
-        await writer.write(new TextEncoder().encode(opts.stdin));
-        await writer.close();
-      } catch {
-        // the program exited without reading its input; its exit code tells the story
-      }
-    }
-    const out = await child.output();
-    const decoder = new TextDecoder();
-    return {
-      code: out.code,
-      stdout: decoder.decode(out.stdout),
-      stderr: decoder.decode(out.stderr),
-      timedOut,
-    };
-  } finally {
-    clearTimeout(timer);
-  }
+    timeoutMs: opts.timeoutMs ?? DEFAULT_RUN_TIMEOUT_MS,
+  });
 }
 
 /** Like {@link run}, but throws {@link NetnsCommandError} unless the exit code is 0; returns stdout. */
