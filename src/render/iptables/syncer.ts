@@ -164,7 +164,15 @@ export class IptablesSyncer {
       const line = (text: string) => {
         buffer += text + "\n";
       };
-      if (extras.sortedDeclarations) {
+      /** Hands on what is written so far once it is a piece's worth. */
+      function* piece(): Generator<string> {
+        if (buffer.length < CHUNK) return;
+        bytes += buffer.length;
+        yield buffer;
+        buffer = "";
+      }
+      const sorted = extras.sortedDeclarations === true;
+      if (sorted) {
         // Rendered twice, names first: holding the rules instead (~33 MB at 10k×10) took the
         // daemon's peak over 300 MiB.
         for (const key of keys) {
@@ -176,55 +184,34 @@ export class IptablesSyncer {
         const names = [...declared].filter((name) => name !== NAT.markMasq).sort();
         for (const name of [...names, NAT.markMasq]) {
           line(`:${name} - [0:0]`);
-          if (buffer.length >= CHUNK) {
-            bytes += buffer.length;
-            yield buffer;
-            buffer = "";
-          }
-        }
-        for (const rule of extras.first?.nat ?? []) line(rule);
-        for (const key of keys) {
-          const fragment = render(input, key, options);
-          if (fragment === null) continue;
-          for (const rules of fragment.chains.values()) for (const rule of rules) line(rule);
-          if (buffer.length >= CHUNK) {
-            bytes += buffer.length;
-            yield buffer;
-            buffer = "";
-          }
+          yield* piece();
         }
       } else {
         for (const chain of FIXED_CHAINS.nat) line(`:${chain} - [0:0]`);
-        for (const rule of extras.first?.nat ?? []) line(rule);
-        if (extras.wholeTableCacheAbove !== undefined) {
-          let chains = keys.length;
-          for (const key of keys) chains += input.endpoints.get(key)?.length ?? 0;
-          if (chains > extras.wholeTableCacheAbove) line("-S");
-        }
-        for (const key of keys) {
-          const fragment = render(input, key, options);
-          if (fragment === null) continue;
+      }
+      for (const rule of extras.first?.nat ?? []) line(rule);
+      if (extras.wholeTableCacheAbove !== undefined) {
+        let chains = keys.length;
+        for (const key of keys) chains += input.endpoints.get(key)?.length ?? 0;
+        if (chains > extras.wholeTableCacheAbove) line("-S");
+      }
+      for (const key of keys) {
+        const fragment = render(input, key, options);
+        if (fragment === null) continue;
+        if (!sorted) {
           for (const name of fragment.chains.keys()) {
             line(`:${name} - [0:0]`);
             declared.add(name);
           }
-          for (const rules of fragment.chains.values()) for (const rule of rules) line(rule);
           ports.set(key, appliedPort(fragment));
-          if (buffer.length >= CHUNK) {
-            bytes += buffer.length;
-            yield buffer;
-            buffer = "";
-          }
         }
+        for (const rules of fragment.chains.values()) for (const rule of rules) line(rule);
+        yield* piece();
       }
       const fixed = renderFixedChains(ports.values(), options);
       for (const rules of fixed.nat.values()) {
         for (const rule of rules) line(rule);
-        if (buffer.length >= CHUNK) {
-          bytes += buffer.length;
-          yield buffer;
-          buffer = "";
-        }
+        yield* piece();
       }
       const stale = new Set(extras.stale?.(declared) ?? []);
       for (const port of previous?.ports.values() ?? []) {
