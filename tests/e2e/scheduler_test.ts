@@ -53,41 +53,46 @@ async function addClients(topo: Topology, count: number): Promise<string[]> {
   return addresses;
 }
 
+/** Runs `body` with the semantics cluster programmed by a proxy started with `args`. */
+async function withProxy(args: string[], body: (topo: Topology) => Promise<void>): Promise<void> {
+  const topo = await createTopology();
+  try {
+    const proxy = await startProxy(topo, semanticsCluster(topo), { args });
+    try {
+      await body(topo);
+    } finally {
+      await proxy.stop();
+    }
+  } finally {
+    await topo.cleanup();
+  }
+}
+
 Deno.test({
   name: "--scheduler=source-hash: one client always reaches one endpoint; 20 clients reach several",
   ignore: gate.ignore,
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    const topo = await createTopology();
-    try {
-      const proxy = await startProxy(topo, semanticsCluster(topo), {
-        args: ["--scheduler=source-hash"],
-      });
-      try {
-        const target = `${ADDR.web}:80`;
-        const one = await reached(topo, target, 50);
-        assert.equal(one.length, 50);
-        assert.deepEqual([...tally(one).keys()].length, 1, `one client: ${[...tally(one)]}`);
-        assert.ok(topo.pods.some((p) => p.name === one[0]), one[0]);
-        const clients = await addClients(topo, 20);
-        const firsts: string[] = [];
-        for (const client of clients) {
-          const names = await reached(topo, target, 3, client);
-          assert.equal(new Set(names).size, 1, `${client} moved: ${names}`);
-          firsts.push(names[0]);
-        }
-        const spread = tally(firsts);
-        assert.ok(
-          spread.size >= 2 && firsts.every((n) => topo.pods.some((p) => p.name === n)),
-          `20 clients: ${[...spread]}`,
-        );
-      } finally {
-        await proxy.stop();
+    await withProxy(["--scheduler=source-hash"], async (topo) => {
+      const target = `${ADDR.web}:80`;
+      const one = await reached(topo, target, 50);
+      assert.equal(one.length, 50);
+      assert.deepEqual([...tally(one).keys()].length, 1, `one client: ${[...tally(one)]}`);
+      assert.ok(topo.pods.some((p) => p.name === one[0]), one[0]);
+      const clients = await addClients(topo, 20);
+      const firsts: string[] = [];
+      for (const client of clients) {
+        const names = await reached(topo, target, 3, client);
+        assert.equal(new Set(names).size, 1, `${client} moved: ${names}`);
+        firsts.push(names[0]);
       }
-    } finally {
-      await topo.cleanup();
-    }
+      const spread = tally(firsts);
+      assert.ok(
+        spread.size >= 2 && firsts.every((n) => topo.pods.some((p) => p.name === n)),
+        `20 clients: ${[...spread]}`,
+      );
+    });
   },
 });
 
@@ -97,24 +102,14 @@ Deno.test({
   sanitizeOps: false,
   sanitizeResources: false,
   async fn() {
-    const topo = await createTopology();
-    try {
-      const proxy = await startProxy(topo, semanticsCluster(topo), {
-        args: ["--scheduler=round-robin"],
-      });
-      try {
-        const names = await reached(topo, `${ADDR.web}:80`, 30);
-        const counts = tally(names);
-        assert.deepEqual([...counts.keys()].sort(), topo.pods.map((p) => p.name).sort());
-        for (const [pod, count] of counts) {
-          assert.ok(Math.abs(count - 10) <= 1, `${pod}: ${count} of 30 (${[...counts]})`);
-        }
-      } finally {
-        await proxy.stop();
+    await withProxy(["--scheduler=round-robin"], async (topo) => {
+      const names = await reached(topo, `${ADDR.web}:80`, 30);
+      const counts = tally(names);
+      assert.deepEqual([...counts.keys()].sort(), topo.pods.map((p) => p.name).sort());
+      for (const [pod, count] of counts) {
+        assert.ok(Math.abs(count - 10) <= 1, `${pod}: ${count} of 30 (${[...counts]})`);
       }
-    } finally {
-      await topo.cleanup();
-    }
+    });
   },
 });
 
