@@ -1,16 +1,7 @@
 import assert from "node:assert/strict";
+import { aliasBomb } from "../tests/fixtures/alias_bomb.ts";
 import { YAMLException } from "js-yaml";
 import { AliasBudget, loadYamlDocuments, MIN_ALIAS_BUDGET } from "./bounded_yaml.ts";
-
-/** The issue's alias bomb: nine levels, each repeating the one before ten times. */
-function aliasBomb(levels = 9): string {
-  const lines = ["apiVersion: v1", "kind: Service", "metadata:", "  name: bomb", "  annotations:"];
-  lines.push(`    l0: &l0 [${Array(10).fill('"lol"').join(",")}]`);
-  for (let i = 1; i < levels; i++) {
-    lines.push(`    l${i}: &l${i} [${Array(10).fill(`*l${i - 1}`).join(",")}]`);
-  }
-  return lines.join("\n") + "\n";
-}
 
 /** The YAMLException `fn` throws, checked to be one. */
 function thrown(fn: () => unknown): YAMLException {

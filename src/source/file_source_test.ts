@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { aliasBomb } from "../../tests/fixtures/alias_bomb.ts";
 import { readFileBounded } from "../bounded_read.ts";
 import { parseClusterBytes } from "./cluster_file_parse.ts";
 import type { ObjectEvent, SourceHandler } from "./events.ts";
@@ -680,15 +681,6 @@ Deno.test("FileSource rejects a pollIntervalMs that is not positive", () => {
 
 // ---------------------------------------------------------------------------------------------
 // Hostile and huge files
-
-/** The issue's alias bomb: nine levels, each repeating the one before ten times. */
-function aliasBomb(): string {
-  const levels = [`    l0: &l0 [${Array(10).fill("lol").join(", ")}]`];
-  for (let i = 1; i < 9; i++) levels.push(`    l${i}: &l${i} [${Array(10).fill(`*l${i - 1}`)}]`);
-  return `apiVersion: v1\nkind: Service\nmetadata:\n  name: bomb\n  annotations:\n${
-    levels.join("\n")
-  }\n`;
-}
 
 /** `n` Services and their EndpointSlices as a cluster file (JSON documents, ~1 KB each). */
 function largeCluster(n: number): string {

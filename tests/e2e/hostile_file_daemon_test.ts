@@ -9,6 +9,7 @@
  * @module
  */
 import assert from "node:assert/strict";
+import { aliasBomb } from "../fixtures/alias_bomb.ts";
 import {
   createNamespace,
   deleteNamespace,
@@ -25,15 +26,6 @@ import { stringify } from "./yaml.ts";
 
 const gate = await netnsTestGate();
 const HEALTHZ = "http://127.0.0.1:10256/healthz";
-
-/** The issue's alias bomb: nine levels, each repeating the one before ten times. */
-function aliasBomb(): string {
-  const levels = [`    l0: &l0 [${Array(10).fill("lol").join(", ")}]`];
-  for (let i = 1; i < 9; i++) levels.push(`    l${i}: &l${i} [${Array(10).fill(`*l${i - 1}`)}]`);
-  return `apiVersion: v1\nkind: Service\nmetadata:\n  name: bomb\n  annotations:\n${
-    levels.join("\n")
-  }\nspec: {ports: [{port: 80}]}\n`;
-}
 
 /** Services `web-0` … with one endpoint each, the node and the service CIDR. */
 function cluster(services: number): RawObject[] {
@@ -102,7 +94,7 @@ Deno.test({
         }
       })();
       const hostile: [string, string][] = [
-        ["an alias bomb", aliasBomb()],
+        ["an alias bomb", aliasBomb({ spec: true })],
         [
           "nesting past the limit",
           `${stringify(cluster(1))}---\na: ${"[".repeat(150)}${"]".repeat(150)}\n`,

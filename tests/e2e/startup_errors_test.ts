@@ -11,6 +11,7 @@
  * @module
  */
 import assert from "node:assert/strict";
+import { aliasBomb } from "../fixtures/alias_bomb.ts";
 import {
   createNamespace,
   deleteNamespace,
@@ -22,15 +23,6 @@ import {
 import { cacheProxyDependencies, MAIN } from "./proxy_harness.ts";
 
 const gate = await netnsTestGate();
-
-/** The issue's alias bomb: nine levels, each repeating the one before ten times. */
-function aliasBomb(): string {
-  const levels = [`    l0: &l0 [${Array(10).fill("lol").join(", ")}]`];
-  for (let i = 1; i < 9; i++) levels.push(`    l${i}: &l${i} [${Array(10).fill(`*l${i - 1}`)}]`);
-  return `apiVersion: v1\nkind: Service\nmetadata:\n  name: bomb\n  annotations:\n${
-    levels.join("\n")
-  }\nspec: {ports: [{port: 80}]}\n`;
-}
 
 /** What one run of main.ts did. */
 interface Outcome {
@@ -88,7 +80,7 @@ Deno.test({
       const files: [string, string, string][] = [
         [
           "bomb.yaml",
-          aliasBomb(),
+          aliasBomb({ spec: true }),
           "line 9, column 42: aliases expand to more than 10000 values, the limit for a file of " +
           "this size; write the values out instead",
         ],
