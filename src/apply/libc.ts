@@ -11,10 +11,18 @@ const ERRNO_NAMES: Record<number, string> = {
   2: "ENOENT",
   11: "EAGAIN",
   13: "EACCES",
+  16: "EBUSY",
+  17: "EEXIST",
   22: "EINVAL",
+  23: "ENFILE",
+  28: "ENOSPC",
+  34: "ERANGE",
+  90: "EMSGSIZE",
   92: "ENOPROTOOPT",
   93: "EPROTONOSUPPORT",
+  95: "EOPNOTSUPP",
   97: "EAFNOSUPPORT",
+  105: "ENOBUFS",
 };
 
 /**

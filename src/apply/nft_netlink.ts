@@ -4,9 +4,11 @@
  * before it prints anything (DESIGN §3). At 10k services the dispatch map's 10k counters
  * read in a few ms this way; `nft -j list map` takes 0.3 s of CPU and 48 MB.
  *
- * Only reads: one dump request, filtered by the kernel to one table and set or chain, on a socket of
- * the calling process's network namespace. Messages are built and parsed here (netlink's
- * type-length-value attributes, `linux/netfilter/nf_tables.h`); nothing else uses them.
+ * Reads are one dump request, filtered by the kernel to one table and set or chain, on a socket of
+ * the calling process's network namespace. {@link requestObjects} hands back what the kernel
+ * answers as raw attributes, and {@link sendBatch} sends one whole transaction, for the full
+ * sync written over netlink (nft_batch.ts). Messages are built and parsed here (netlink's
+ * type-length-value attributes, `linux/netfilter/nf_tables.h`).
  *
  * @module
  */
@@ -42,7 +44,12 @@ const SOL_SOCKET = 1;
 const SO_RCVTIMEO = 20;
 
 const NLM_F_REQUEST = 0x1;
+const NLM_F_ACK = 0x4;
 const NLM_F_DUMP = 0x300;
+const SO_SNDBUFFORCE = 32;
+const SO_RCVBUFFORCE = 33;
+const SOL_NETLINK = 270;
+const NETLINK_CAP_ACK = 10;
 const NLMSG_ERROR = 2;
 const NLMSG_DONE = 3;
 const NLA_TYPE_MASK = 0x3fff;
@@ -190,6 +197,7 @@ async function dump(
   family: string,
   attrs: readonly Uint8Array[],
   onMessage: (view: DataView, start: number, end: number) => void,
+  flags = NLM_F_DUMP,
 ): Promise<void> {
   const c = openLibc().symbols;
   const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
@@ -199,7 +207,7 @@ async function dump(
     const timeout = new BigInt64Array([2n, 0n]); // struct timeval: 2 s
     c.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, new Uint8Array(timeout.buffer), 16);
     const seq = Date.now() >>> 0;
-    const request = dumpRequest(type, FAMILIES[family] ?? 0, attrs, seq);
+    const request = dumpRequest(type, FAMILIES[family] ?? 0, attrs, seq, flags);
     if (Number(c.send(fd, request, BigInt(request.length), 0)) !== request.length) {
       throw errnoError(c, "cannot send the netlink request");
     }
@@ -235,13 +243,14 @@ function dumpRequest(
   family: number,
   attrs: readonly Uint8Array[],
   seq: number,
+  flags = NLM_F_DUMP,
 ): Uint8Array {
   const length = 16 + 4 + attrs.reduce((sum, a) => sum + a.length, 0);
   const message = new Uint8Array(length);
   const view = new DataView(message.buffer);
   view.setUint32(0, length, true);
   view.setUint16(4, (NFNL_SUBSYS_NFTABLES << 8) | type, true);
-  view.setUint16(6, NLM_F_REQUEST | NLM_F_DUMP, true);
+  view.setUint16(6, NLM_F_REQUEST | flags, true);
   view.setUint32(8, seq, true);
   view.setUint32(12, 0, true);
   message[16] = family; // nfgenmsg: family, version 0, resource id 0
@@ -251,6 +260,76 @@ function dumpRequest(
     offset += attr.length;
   }
   return message;
+}
+
+/**
+ * What the kernel answers a get request of `type` (`NFT_MSG_GET…`) with `attrs`: each message's
+ * attributes (after its netlink and nfgenmsg headers), copied. A dump when `dump`, else the
+ * one object the attributes name (none when it does not exist). Throws {@link NetlinkError}.
+ */
+export async function requestObjects(
+  type: number,
+  family: string,
+  attrs: readonly Uint8Array[],
+  dump: boolean,
+): Promise<Uint8Array[]> {
+  const messages: Uint8Array[] = [];
+  const found = await dumpOrNone(type, family, attrs, (view, start, end) => {
+    messages.push(bytes(view, start, end).slice());
+  }, dump ? NLM_F_DUMP : NLM_F_ACK);
+  return found ? messages : [];
+}
+
+/**
+ * Sends one nf_tables batch (`batch`: BEGIN, the messages, END, each message that wants an
+ * answer flagged NLM_F_ACK) in one write and waits for the kernel's answers: resolves once
+ * every one of the `acks` flagged messages was acknowledged, the transaction committed. Throws
+ * {@link NetlinkError} naming the message (`describe(seq)`) the kernel refused first; the
+ * kernel then applied nothing.
+ */
+export function sendBatch(
+  batch: Uint8Array,
+  acks: number,
+  describe: (seq: number) => string,
+): void {
+  const c = openLibc().symbols;
+  const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  if (fd < 0) throw errnoError(c, "cannot open a netfilter netlink socket");
+  try {
+    const int = (n: number) => new Uint8Array(new Int32Array([n]).buffer);
+    // One write holds the whole transaction; answers are headers only (no echo of the request).
+    if (c.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, int(batch.length + (1 << 16)), 4) < 0) {
+      throw errnoError(c, "cannot size the netlink send buffer");
+    }
+    c.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, int(1 << 20), 4);
+    c.setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, int(1), 4);
+    const timeout = new BigInt64Array([30n, 0n]); // struct timeval: a commit takes < 1 s
+    c.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, new Uint8Array(timeout.buffer), 16);
+    if (Number(c.send(fd, batch, BigInt(batch.length), 0)) !== batch.length) {
+      throw errnoError(c, "cannot send the transaction");
+    }
+    const buffer = new Uint8Array(1 << 16);
+    let acked = 0;
+    while (acked < acks) {
+      const n = Number(c.recv(fd, buffer, BigInt(buffer.length), 0));
+      if (n < 0) throw errnoError(c, `no answer to the transaction (${acked} of ${acks} acks)`);
+      const view = new DataView(buffer.buffer, 0, n);
+      for (let at = 0; at + 20 <= n; at += align(view.getUint32(at, true) || n)) {
+        if (view.getUint16(at + 4, true) !== NLMSG_ERROR) continue;
+        const errno = -view.getInt32(at + 16, true);
+        if (errno !== 0) {
+          const seq = view.getUint32(at + 28, true); // the refused message's header follows
+          throw new NetlinkError(
+            `the kernel refused ${describe(seq)}: ${errnoName(errno)} (${errno})`,
+            errno,
+          );
+        }
+        acked++;
+      }
+    }
+  } finally {
+    c.close(fd);
+  }
 }
 
 /** The jumps and lookups of the rule whose NFTA_RULE_EXPRESSIONS attribute starts at `at`. */

@@ -19,6 +19,8 @@ import {
   nftFamilySupport,
   type NftRunnerOptions,
 } from "../../apply/nft.ts";
+import { applyOverNetlink, stageTableName } from "../../apply/nft_batch.ts";
+import { NetlinkError } from "../../apply/nft_netlink.ts";
 import { nftRulesChecker } from "../../apply/nft_watch.ts";
 import {
   netlinkServiceCounterReader,
@@ -46,7 +48,7 @@ export function createBackend(config: Config, context: BackendContext): Backend 
         warnings: support.refused.map((r) => refusedWarning(r.family, r.reason)),
       };
     },
-    proxier: (families) => Promise.resolve(nftProxier(config, nft, families)),
+    proxier: (families) => Promise.resolve(nftProxier(config, nft, families, context)),
     dryRun: async (script, output) => {
       const { dryRunNft, formatDryRun } = await import("../../dryrun/dry_run.ts");
       const { TableTextError } = await import("../../dryrun/table_image.ts");
@@ -66,6 +68,7 @@ export function createBackend(config: Config, context: BackendContext): Backend 
     },
     cleanup: async () => {
       await deleteTables(table, nft);
+      await deleteTables(stageTableName(table), nft);
       return `removed tables ip/ip6 ${table}`;
     },
   };
@@ -75,6 +78,7 @@ function nftProxier(
   config: Config,
   nft: NftRunnerOptions,
   families: readonly IPFamily[],
+  context: BackendContext,
 ): Proxier {
   const table = config.tableName;
   const nftFamilies = families.map(nftFamilyOf);
@@ -97,12 +101,32 @@ function nftProxier(
     },
     reset: () => planner.reset(),
   };
+  // A full sync that (re)creates the tables goes over netlink where it can (nft_batch.ts): from
+  // the daemon's own namespace, with FFI allowed; without FFI, nft -f for good. After a refusal
+  // nft -f gets the same script, and says what is wrong with it when something is.
+  let netlinkWrites = nft.netns === undefined &&
+    Deno.permissions.querySync({ name: "ffi" }).state === "granted";
+  const applyFull = async (script: string) => {
+    if (netlinkWrites) {
+      try {
+        if (await applyOverNetlink(script, { table, runNft: (s) => applyNft(s, nft) })) return;
+      } catch (error) {
+        if (error instanceof NetlinkError && error.errno === 0) netlinkWrites = false;
+        // Throws nft's own error, naming the line, for a script that is wrong.
+        await applyNft(script, nft);
+        const reason = (error as Error).message;
+        context.log.warn("the full sync was applied with nft -f, not over netlink", { reason });
+        return;
+      }
+    }
+    await applyNft(script, nft);
+  };
   return {
     planner: syncPlanner,
     apply: async (script) => {
       const full = fullPlanned;
       fullPlanned = false;
-      await applyNft(script, nft);
+      await (full ? applyFull(script) : applyNft(script, nft));
       // Best effort: a leftover trace only costs traced packets, never a sync.
       if (full) await removeLeftoverTrace(table, nft).catch(() => {});
     },
