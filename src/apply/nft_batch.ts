@@ -28,7 +28,7 @@ import {
   splitElements,
   writeElement,
 } from "./nft_element_codec.ts";
-import { NetlinkError, requestObjects, sendBatch } from "./nft_netlink.ts";
+import { NetlinkError, requestObjects, sendBatch, stringAttr } from "./nft_netlink.ts";
 
 /** How a full script gets to the kernel over netlink. */
 export interface NetlinkApplyOptions {
@@ -390,12 +390,6 @@ function stringOf(attr: Uint8Array | undefined): string {
   let end = 4;
   while (end < attr.length && attr[end] !== 0) end++;
   return new TextDecoder().decode(attr.subarray(4, end));
-}
-
-function stringAttr(type: number, text: string): Uint8Array {
-  const w = new AttributeWriter();
-  w.string(type, text);
-  return w.bytes().slice();
 }
 
 /** One nf_tables batch being written: messages with sequence numbers, and what each was. */

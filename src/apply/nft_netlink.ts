@@ -491,7 +491,8 @@ function text(view: DataView, start: number, end: number): string {
 
 const DECODER = new TextDecoder();
 
-function stringAttr(type: number, text: string): Uint8Array {
+/** A NUL-terminated string attribute, padded. */
+export function stringAttr(type: number, text: string): Uint8Array {
   const bytes = new TextEncoder().encode(text);
   const length = 4 + bytes.length + 1;
   const attr = new Uint8Array(align(length));

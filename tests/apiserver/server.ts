@@ -569,7 +569,14 @@ export class TestApiServer implements AsyncDisposable {
     this.#server = undefined;
     for (const watcher of [...this.#watchers]) this.#closeWatcher(watcher);
     this.#generation?.abort();
-    await server.finished;
+    // Deno's shutdown waits for every response to end; one a client never reads out must not
+    // hold a test (or the suite) for ever.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      server.finished,
+      new Promise((resolve) => timer = setTimeout(resolve, 5000)),
+    ]);
+    clearTimeout(timer);
   }
 
   /** Listens again on the same port after {@link kill}. */

@@ -415,7 +415,8 @@ function injectingFetch() {
       },
       cancel(reason) {
         streams.delete(controller);
-        return reader.cancel(reason);
+        // Not awaited: the consumer's cancel must not wait on the server's stream.
+        reader.cancel(reason).catch(() => {});
       },
     });
     return new Response(body, { status: response.status, headers: response.headers });
@@ -521,7 +522,21 @@ Deno.test({
         assert.deepEqual(refused, [], report("scripts refused by nft", refused));
       });
     } finally {
-      await source.stop();
+      // Bounded, so that a stop that never ends fails here instead of holding the suite.
+      await withinMs(source.stop(), 15_000, "ApiSource.stop() after the hostile lines");
     }
   },
 });
+
+/** `promise`, or an Error naming `what` once `ms` have passed without it settling. */
+async function withinMs<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not end within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
