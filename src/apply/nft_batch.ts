@@ -130,7 +130,8 @@ export async function applyOverNetlink(
   const { plans, stageScript } = split;
   await options.runNft(stageScript);
   try {
-    const batch = new BatchWriter();
+    // The encoded elements take about as many bytes as their text: one buffer, never regrown.
+    const batch = new BatchWriter(script.length + (1 << 16));
     batch.begin();
     for (const plan of plans) await writeFamily(batch, plan, table, stage);
     for (const plan of plans) {
@@ -394,12 +395,16 @@ function stringOf(attr: Uint8Array | undefined): string {
 
 /** One nf_tables batch being written: messages with sequence numbers, and what each was. */
 class BatchWriter {
-  readonly #out = new AttributeWriter();
+  readonly #out: AttributeWriter;
   readonly #what = new Map<number, string>();
   #seq = (Date.now() & 0x3fffffff) + 1;
   #setIds = 0;
   /** Messages the kernel will acknowledge. */
   acks = 0;
+
+  constructor(capacity: number) {
+    this.#out = new AttributeWriter(capacity);
+  }
 
   begin(): void {
     this.#header(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, "the transaction", () => {});

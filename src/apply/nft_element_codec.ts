@@ -151,10 +151,16 @@ function excerpt(list: string, at: number): string {
 
 /** Writes netlink attributes into one growing buffer. */
 export class AttributeWriter {
-  #bytes = new Uint8Array(1 << 16);
-  #view = new DataView(this.#bytes.buffer);
+  #bytes: Uint8Array;
+  #view: DataView;
   /** Bytes written so far. */
   length = 0;
+
+  /** A writer with room for `capacity` bytes at first (it grows as needed). */
+  constructor(capacity = 1 << 16) {
+    this.#bytes = new Uint8Array(capacity);
+    this.#view = new DataView(this.#bytes.buffer);
+  }
 
   /** The bytes written, without copying (valid until the next write). */
   bytes(): Uint8Array {

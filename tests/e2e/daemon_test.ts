@@ -194,6 +194,10 @@ Deno.test({
           "web reaches pod-a and pod-b",
           () => reaches("10.96.0.10:80", [podA.name, podB.name]),
         );
+        // The first sync was written over netlink (nft_batch.ts), not handed to nft -f instead.
+        assert.doesNotMatch(proxy.output(), /not over netlink/);
+        const tables = (await topo.exec(topo.node.ns, ["nft", "list", "tables"])).stdout;
+        assert.doesNotMatch(tables, /stage/, "the stage table is gone");
       });
 
       await t.step(
