@@ -86,9 +86,12 @@ function fields(text: string, typeOf: boolean): FieldKind[] | undefined {
   const kinds: FieldKind[] = [];
   for (const raw of text.split(" . ")) {
     const name = raw.trim();
-    const kind = typeOf
-      ? (TYPEOF_FIELDS[name] ?? (/^numgen random mod \d+$/.test(name) ? "u32" : undefined))
-      : TYPE_FIELDS[name];
+    const names = typeOf ? TYPEOF_FIELDS : TYPE_FIELDS;
+    const kind = Object.hasOwn(names, name)
+      ? names[name]
+      : typeOf && /^numgen random mod \d+$/.test(name)
+      ? "u32"
+      : undefined;
     if (kind === undefined) return undefined;
     kinds.push(kind);
   }
@@ -325,9 +328,9 @@ function verdictAttr(text: string): Uint8Array {
   const out = new AttributeWriter();
   const verdict = out.open(NFTA_DATA_VERDICT);
   const [word, chain, extra] = text.split(" ");
-  if (chain === undefined && word in VERDICT_CODES) {
+  if (chain === undefined && Object.hasOwn(VERDICT_CODES, word)) {
     out.u32(NFTA_VERDICT_CODE, VERDICT_CODES[word]);
-  } else if (chain !== undefined && extra === undefined && word in CHAIN_VERDICTS) {
+  } else if (chain !== undefined && extra === undefined && Object.hasOwn(CHAIN_VERDICTS, word)) {
     // Printable, without quotes, commas, semicolons or braces.
     if (!/^[!#-+\--:<-z|~]{1,255}$/.test(chain)) {
       throw new ElementCodecError(`an unexpected chain name ${JSON.stringify(chain)}`);
@@ -361,7 +364,7 @@ function writeFields(out: AttributeWriter, kinds: readonly FieldKind[], text: st
       throw new ElementCodecError(`${JSON.stringify(text)} has not ${kinds.length} fields`);
     }
     const to = last ? text.length : separator;
-    writeField(bytes, at, kinds[i], text.slice(from, to));
+    writeField(bytes, at, kinds[i], text, from, to);
     at += concatenated ? (FIELD_BYTES[kinds[i]] + 3) & ~3 : FIELD_BYTES[kinds[i]];
     from = to + 3;
   }
@@ -369,32 +372,45 @@ function writeFields(out: AttributeWriter, kinds: readonly FieldKind[], text: st
   out.close(value);
 }
 
-function writeField(bytes: Uint8Array, at: number, kind: FieldKind, text: string): void {
+/** Writes field `text[from, to)` of `kind` at `at` (read in place: no substring per field). */
+function writeField(
+  bytes: Uint8Array,
+  at: number,
+  kind: FieldKind,
+  text: string,
+  from: number,
+  to: number,
+): void {
   switch (kind) {
     case "ipv4":
-      writeIPv4(bytes, at, text);
+      writeIPv4(bytes, at, text, from, to);
       return;
     case "ipv6": {
-      if (!ipaddr.IPv6.isValid(text)) {
-        throw new ElementCodecError(`${JSON.stringify(text)} is not an IPv6 address`);
+      const address = text.slice(from, to);
+      if (!ipaddr.IPv6.isValid(address)) {
+        throw new ElementCodecError(`${JSON.stringify(address)} is not an IPv6 address`);
       }
-      if (text.includes("%")) throw new ElementCodecError(`a zone in ${JSON.stringify(text)}`);
-      bytes.set(ipaddr.IPv6.parse(text).toByteArray(), at);
+      if (address.includes("%")) {
+        throw new ElementCodecError(`a zone in ${JSON.stringify(address)}`);
+      }
+      bytes.set(ipaddr.IPv6.parse(address).toByteArray(), at);
       return;
     }
     case "proto": {
-      const number = PROTOCOLS[text] ?? decimal(text, 255);
-      bytes[at] = number;
+      const first = text.charCodeAt(from);
+      bytes[at] = first >= 0x30 && first <= 0x39
+        ? decimal(text, from, to, 255)
+        : protocol(text.slice(from, to));
       return;
     }
     case "service": {
-      const port = decimal(text, 65535);
+      const port = decimal(text, from, to, 65535);
       bytes[at] = port >> 8;
       bytes[at + 1] = port & 0xff;
       return;
     }
     case "u32": {
-      const n = decimal(text, 0xffffffff);
+      const n = decimal(text, from, to, 0xffffffff);
       // nft's integer data is in host order; the kernel's numgen writes it so.
       for (let i = 0; i < 4; i++) {
         bytes[at + (HOST_LITTLE_ENDIAN ? i : 3 - i)] = (n >>> (8 * i)) & 0xff;
@@ -404,30 +420,40 @@ function writeField(bytes: Uint8Array, at: number, kind: FieldKind, text: string
   }
 }
 
+/** A protocol's number by the name nft prints. */
+function protocol(name: string): number {
+  const number = Object.hasOwn(PROTOCOLS, name) ? PROTOCOLS[name] : undefined;
+  if (number === undefined) {
+    throw new ElementCodecError(`${JSON.stringify(name)} is not a protocol`);
+  }
+  return number;
+}
+
 const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
-/** A decimal number without sign or leading zeros, at most `max`. */
-function decimal(text: string, max: number): number {
+/** The decimal number `text[from, to)`, without sign or leading zeros, at most `max`. */
+function decimal(text: string, from: number, to: number, max: number): number {
+  const length = to - from;
+  let ok = length > 0 && length <= 10 && (length === 1 || text.charCodeAt(from) !== 0x30);
   let n = 0;
-  let ok = text.length > 0 && text.length <= 10 && (text.length === 1 || text[0] !== "0");
-  for (let i = 0; ok && i < text.length; i++) {
+  for (let i = from; ok && i < to; i++) {
     const c = text.charCodeAt(i) - 0x30;
     ok = c >= 0 && c <= 9;
     n = n * 10 + c;
   }
-  if (!ok) throw new ElementCodecError(`${JSON.stringify(text)} is not a number`);
-  if (n > max) throw new ElementCodecError(`${text} is more than ${max}`);
+  if (!ok) throw new ElementCodecError(`${JSON.stringify(text.slice(from, to))} is not a number`);
+  if (n > max) throw new ElementCodecError(`${text.slice(from, to)} is more than ${max}`);
   return n;
 }
 
-/** Dotted-quad IPv4, strictly (four parts of 0–255, no leading zeros). */
-function writeIPv4(bytes: Uint8Array, at: number, text: string): void {
+/** Dotted-quad IPv4 `text[from, to)`, strictly (four parts of 0–255, no leading zeros). */
+function writeIPv4(bytes: Uint8Array, at: number, text: string, from: number, to: number): void {
   let part = 0;
   let value = 0;
   let digits = 0;
-  let ok = text.length >= 7 && text.length <= 15;
-  for (let i = 0; ok && i <= text.length; i++) {
-    const c = i < text.length ? text.charCodeAt(i) : 0x2e;
+  let ok = to - from >= 7 && to - from <= 15;
+  for (let i = from; ok && i <= to; i++) {
+    const c = i < to ? text.charCodeAt(i) : 0x2e;
     if (c === 0x2e /* . */) {
       ok = digits > 0 && part < 4;
       bytes[at + part] = value;
@@ -442,6 +468,6 @@ function writeIPv4(bytes: Uint8Array, at: number, text: string): void {
     }
   }
   if (!ok || part !== 4) {
-    throw new ElementCodecError(`${JSON.stringify(text)} is not an IPv4 address`);
+    throw new ElementCodecError(`${JSON.stringify(text.slice(from, to))} is not an IPv4 address`);
   }
 }

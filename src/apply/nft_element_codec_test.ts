@@ -52,6 +52,7 @@ Deno.test("setCodec() reads the proxy's set declarations, and refuses what nft m
     undefined,
   );
   assert.equal(setCodec("type classid : verdict;"), undefined);
+  assert.equal(setCodec("type constructor;"), undefined);
   assert.equal(setCodec("type ipv6_addr; timeout 10800s;"), undefined);
 });
 
@@ -115,6 +116,8 @@ Deno.test("anything nft would have to judge throws ElementCodecError, for nft -f
       '10.96.0.1 . tcp . 80 : goto "x"', // not a chain name
       "10.96.0.1 . tcp : goto x", // too few fields
       "10.96.0.1 . tcp . 80", // no value in a map
+      "10.96.0.1 . constructor . 80 : goto x", // not a protocol
+      "10.96.0.1 . tcp . 80 : constructor", // not a verdict
     ]
   ) {
     assert.throws(() => encoded(dispatch, element), ElementCodecError, element);
