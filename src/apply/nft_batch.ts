@@ -13,10 +13,13 @@
  * as it does an `nft -f` file; the tables list as nft would have made them (a kernel test
  * compares the two).
  *
- * Only scripts that (re)create the tables are written so — a first sync, a restart —, not the
- * full re-sync's flushes nor partial syncs: {@link applyOverNetlink} declines those before
- * doing anything. Anything unexpected in a script it takes — an element it cannot encode, a
- * refusal — throws, after removing the stage; the caller then hands the same script to `nft -f`.
+ * Full syncs are written so: those that (re)create the tables — a first sync, a restart, a
+ * restore — and the periodic re-sync, which flushes chains and sets and fills them again (then
+ * the batch flushes after its adds, and deletes last, as the script orders them). Partial syncs,
+ * and a re-sync whose rules hold anonymous sets (their names would clash with those of the rules
+ * being flushed), go to nft: {@link applyOverNetlink} declines them before doing anything.
+ * Anything unexpected in a script it takes — an element it cannot encode, a refusal — throws,
+ * after removing the stage; the caller then hands the same script to `nft -f`.
  *
  * @module
  */
@@ -57,12 +60,16 @@ const MSG = {
   delTable: 2,
   newChain: 3,
   getChain: 4,
+  delChain: 5,
   newRule: 6,
   getRule: 7,
+  delRule: 8,
   newSet: 9,
   getSet: 10,
+  delSet: 11,
   newSetElem: 12,
   getSetElem: 13,
+  delSetElem: 14,
 } as const;
 
 const NFTA_TABLE_NAME = 1;
@@ -72,6 +79,7 @@ const NFTA_TABLE = 1;
 const NFTA_CHAIN_NAME = 3;
 const NFTA_CHAIN_FLAGS = 10;
 const NFT_CHAIN_BASE = 1;
+const NFTA_RULE_CHAIN = 2;
 const NFTA_SET_NAME = 2;
 const NFTA_SET_ID = 10;
 
@@ -110,12 +118,20 @@ interface FamilyPlan {
   readonly codecs: Map<string, SetCodec>;
   /** Encoded element lists per set, in script order. */
   readonly elements: Array<{ set: string; list: string }>;
+  /** Chains and sets the script flushes (a full re-sync), after adding them. */
+  readonly flushes: Array<{ chain: string } | { set: string }>;
+  /**
+   * What the script does last, in its order: deletes chains and sets, and flushes those it
+   * neither adds nor fills (a stale chain's rules go before the chain).
+   */
+  readonly last: Array<{ flush: boolean } & ({ chain: string } | { set: string })>;
 }
 
 /**
- * Applies `script` as one netlink transaction when it only creates (or replaces) the tables:
- * `add`/`delete table` and `add` commands of `options.table`. Resolves false, having done
- * nothing, for any other script. Throws {@link NetlinkError} (errno 0 where netlink cannot be
+ * Applies `script` as one netlink transaction when it is a full sync of `options.table`: `add`
+ * and `delete table`, then `add` and `flush` of chains, sets and maps, then rules and elements,
+ * then `delete` of chains, sets and maps. Resolves false, having done nothing, for any other
+ * script. Throws {@link NetlinkError} (errno 0 where netlink cannot be
  * used here) or {@link ElementCodecError} when it cannot write one it takes; nothing of the
  * script is then applied and the stage is gone.
  */
@@ -167,6 +183,11 @@ export function splitScript(
 ): { plans: FamilyPlan[]; stageScript: string } | undefined {
   const plans = new Map<string, FamilyPlan>();
   const stageLines: string[] = [];
+  /** Per family: 0 declaring (adds, flushes), 1 filling (rules, elements), 2 deleting. */
+  const phases = new Map<string, number>();
+  const anonymous = new Set<string>();
+  /** `family chain NAME` / `family set NAME` the script adds or fills. */
+  const touched = new Set<string>();
   let start = 0;
   while (start < script.length) {
     let end = script.indexOf("\n", start);
@@ -180,42 +201,82 @@ export function splitScript(
     if (name !== table || !(family in FAMILY_NUMBERS)) return undefined;
     let plan = plans.get(family);
     if (!plan) {
-      plan = { family, replace: false, chains: [], codecs: new Map(), elements: [] };
+      plan = {
+        family,
+        replace: false,
+        chains: [],
+        codecs: new Map(),
+        elements: [],
+        flushes: [],
+        last: [],
+      };
       plans.set(family, plan);
+      phases.set(family, 0);
       stageLines.push(`add table ${family} ${stage}`, `delete table ${family} ${stage}`);
     }
     const rest = line.slice(verb.length + object.length + family.length + name.length + 4);
     const renamed = `${verb} ${object} ${family} ${stage}${rest ? ` ${rest}` : ""}`;
-    if (verb === "delete" && object === "table" && rest === "") {
-      plan.replace = true;
-    } else if (verb !== "add") {
+    const target = rest.split(" ", 1)[0];
+    const phase = phases.get(family)!;
+    const isSet = object === "set" || object === "map";
+    if (object === "table") {
+      if (phase > 0 || (verb === "delete" && rest !== "")) return undefined;
+      if (verb === "delete") plan.replace = true;
+      else if (verb !== "add") return undefined;
+      else {
+        const block = rest.startsWith("{ ") ? rest.slice(2) : "}";
+        stageLines.push(`add table ${family} ${stage} { flags dormant; ${block}`);
+      }
+    } else if ((verb === "flush" || verb === "delete") && (object === "chain" || isSet)) {
+      if (rest !== target) return undefined;
+      const what = object === "chain" ? { chain: target } : { set: target };
+      if (verb === "flush" && phase === 0) {
+        plan.flushes.push(what);
+        continue;
+      }
+      // Later, only what this script leaves alone otherwise: moved to the end, it keeps its order.
+      if (touched.has(`${family} ${object === "chain" ? "chain" : "set"} ${target}`)) {
+        return undefined;
+      }
+      if (verb === "delete") phases.set(family, 2);
+      plan.last.push({ flush: verb === "flush", ...what });
+    } else if (verb !== "add" || phase === 2) {
       return undefined;
-    } else if (object === "table") {
-      const block = rest.startsWith("{ ") ? rest.slice(2) : "}";
-      stageLines.push(`add table ${family} ${stage} { flags dormant; ${block}`);
     } else if (object === "chain") {
-      plan.chains.push(rest.split(" ", 1)[0]);
+      if (phase > 0) return undefined;
+      touched.add(`${family} chain ${target}`);
+      plan.chains.push(target);
       stageLines.push(renamed);
-    } else if (object === "set" || object === "map") {
-      const setName = rest.split(" ", 1)[0];
+    } else if (isSet) {
+      if (phase > 0) return undefined;
+      touched.add(`${family} set ${target}`);
       const open = rest.indexOf("{ ");
       const codec = open < 0 ? undefined : setCodec(rest.slice(open + 2, rest.lastIndexOf("}")));
-      if (codec) plan.codecs.set(setName, codec);
-      else plan.codecs.delete(setName);
+      if (codec) plan.codecs.set(target, codec);
+      else plan.codecs.delete(target);
       stageLines.push(renamed);
     } else if (object === "element") {
-      const setName = rest.split(" ", 1)[0];
+      phases.set(family, 1);
+      touched.add(`${family} set ${target}`);
       const open = rest.indexOf(" { ");
-      if (plan.codecs.has(setName) && open >= 0 && rest.endsWith(" }")) {
-        plan.elements.push({ set: setName, list: rest.slice(open + 3, -2) });
+      if (plan.codecs.has(target) && open >= 0 && rest.endsWith(" }")) {
+        plan.elements.push({ set: target, list: rest.slice(open + 3, -2) });
       } else {
         stageLines.push(renamed);
       }
     } else if (object === "rule") {
+      phases.set(family, 1);
+      touched.add(`${family} chain ${target}`);
+      // A set or map written in a rule becomes an anonymous set, named `__set0`… by the kernel.
+      if (rest.includes("{")) anonymous.add(family);
       stageLines.push(renamed);
     } else {
       return undefined;
     }
+  }
+  for (const plan of plans.values()) {
+    // Over a table that stays, new anonymous sets could take the names of those being let go.
+    if (!plan.replace && anonymous.has(plan.family) && plan.flushes.length > 0) return undefined;
   }
   return { plans: [...plans.values()], stageScript: stageLines.join("\n") + "\n" };
 }
@@ -275,6 +336,8 @@ async function writeFamily(
       w.u32(NFTA_SET_ID, batch.nextSetId());
     });
   }
+  // A re-sync's flushes, after the adds (which change nothing of what exists).
+  for (const flush of plan.flushes) writeFlush(batch, family, where, table, flush);
   for (const name of stageSets) {
     if (plan.codecs.has(name)) continue;
     const answers = await requestObjects(MSG.getSetElem, plan.family, [
@@ -308,6 +371,44 @@ async function writeFamily(
   for (const message of rules) {
     batch.message(MSG.newRule, family, NLM_F_CREATE | NLM_F_APPEND, `add rule ${where}`, (w) => {
       copyAttrs(w, message, table, (type) => DESCRIBING.rule.has(type));
+    });
+  }
+  for (const step of plan.last) {
+    if (step.flush) writeFlush(batch, family, where, table, step);
+    else if ("chain" in step) {
+      batch.message(MSG.delChain, family, 0, `delete chain ${where} ${step.chain}`, (w) => {
+        w.string(NFTA_TABLE, table);
+        w.string(NFTA_CHAIN_NAME, step.chain);
+      });
+    } else {
+      batch.message(MSG.delSet, family, 0, `delete set ${where} ${step.set}`, (w) => {
+        w.string(NFTA_TABLE, table);
+        w.string(NFTA_SET_NAME, step.set);
+      });
+    }
+  }
+}
+
+/**
+ * A flush: every rule of a chain (DELRULE without a handle) or every element of a set
+ * (DELSETELEM without elements).
+ */
+function writeFlush(
+  batch: BatchWriter,
+  family: number,
+  where: string,
+  table: string,
+  what: { chain: string } | { set: string },
+): void {
+  if ("chain" in what) {
+    batch.message(MSG.delRule, family, 0, `flush chain ${where} ${what.chain}`, (w) => {
+      w.string(NFTA_TABLE, table);
+      w.string(NFTA_RULE_CHAIN, what.chain);
+    });
+  } else {
+    batch.message(MSG.delSetElem, family, 0, `flush set ${where} ${what.set}`, (w) => {
+      w.string(NFTA_TABLE, table);
+      w.string(NFTA_SET_ELEM_LIST_SET, what.set);
     });
   }
 }

@@ -101,9 +101,9 @@ function nftProxier(
     },
     reset: () => planner.reset(),
   };
-  // A full sync that (re)creates the tables goes over netlink where it can (nft_batch.ts): from
-  // the daemon's own namespace, with FFI allowed; without FFI, nft -f for good. After a refusal
-  // nft -f gets the same script, and says what is wrong with it when something is.
+  // A full sync goes over netlink where it can (nft_batch.ts): from the daemon's own namespace,
+  // with FFI allowed; without FFI, nft -f for good. After a refusal nft -f gets the same
+  // script, and says what is wrong with it when something is.
   let netlinkWrites = nft.netns === undefined &&
     Deno.permissions.querySync({ name: "ffi" }).state === "granted";
   const applyFull = async (script: string) => {
