@@ -337,7 +337,9 @@ async function writeFamily(
     });
   }
   // A re-sync's flushes, after the adds (which change nothing of what exists).
-  for (const flush of plan.flushes) writeFlush(batch, family, where, table, flush);
+  for (const flush of plan.flushes) {
+    writeNamed(batch, family, where, table, { flush: true, ...flush });
+  }
   for (const name of stageSets) {
     if (plan.codecs.has(name)) continue;
     const answers = await requestObjects(MSG.getSetElem, plan.family, [
@@ -373,44 +375,32 @@ async function writeFamily(
       copyAttrs(w, message, table, (type) => DESCRIBING.rule.has(type));
     });
   }
-  for (const step of plan.last) {
-    if (step.flush) writeFlush(batch, family, where, table, step);
-    else if ("chain" in step) {
-      batch.message(MSG.delChain, family, 0, `delete chain ${where} ${step.chain}`, (w) => {
-        w.string(NFTA_TABLE, table);
-        w.string(NFTA_CHAIN_NAME, step.chain);
-      });
-    } else {
-      batch.message(MSG.delSet, family, 0, `delete set ${where} ${step.set}`, (w) => {
-        w.string(NFTA_TABLE, table);
-        w.string(NFTA_SET_NAME, step.set);
-      });
-    }
-  }
+  for (const step of plan.last) writeNamed(batch, family, where, table, step);
 }
 
 /**
- * A flush: every rule of a chain (DELRULE without a handle) or every element of a set
- * (DELSETELEM without elements).
+ * A message naming one chain or set: a flush — every rule of a chain (DELRULE without a
+ * handle), every element of a set (DELSETELEM without elements) — or a delete.
  */
-function writeFlush(
+function writeNamed(
   batch: BatchWriter,
   family: number,
   where: string,
   table: string,
-  what: { chain: string } | { set: string },
+  step: { flush: boolean } & ({ chain: string } | { set: string }),
 ): void {
-  if ("chain" in what) {
-    batch.message(MSG.delRule, family, 0, `flush chain ${where} ${what.chain}`, (w) => {
-      w.string(NFTA_TABLE, table);
-      w.string(NFTA_RULE_CHAIN, what.chain);
-    });
-  } else {
-    batch.message(MSG.delSetElem, family, 0, `flush set ${where} ${what.set}`, (w) => {
-      w.string(NFTA_TABLE, table);
-      w.string(NFTA_SET_ELEM_LIST_SET, what.set);
-    });
-  }
+  const name = "chain" in step ? step.chain : step.set;
+  const [type, attr, verb] = "chain" in step
+    ? step.flush
+      ? [MSG.delRule, NFTA_RULE_CHAIN, "flush chain"]
+      : [MSG.delChain, NFTA_CHAIN_NAME, "delete chain"]
+    : step.flush
+    ? [MSG.delSetElem, NFTA_SET_ELEM_LIST_SET, "flush set"]
+    : [MSG.delSet, NFTA_SET_NAME, "delete set"];
+  batch.message(type, family, 0, `${verb} ${where} ${name}`, (w) => {
+    w.string(NFTA_TABLE, table);
+    w.string(attr, name);
+  });
 }
 
 /** NEWSETELEM messages for the formatted elements `list` of `set`, split by size. */
