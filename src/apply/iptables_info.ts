@@ -13,7 +13,7 @@
  * @module
  */
 import type { IPFamily } from "../model/service_port.ts";
-import { dlopenLibc, errnoName, lastErrno } from "./libc.ts";
+import { errnoName, HOST_LITTLE_ENDIAN, lastErrno, libcOpener } from "./libc.ts";
 
 /** What the kernel says of one legacy table (the fields of `struct ipt_getinfo` but its name). */
 export interface TableInfo {
@@ -102,19 +102,11 @@ const LIBC = {
   __errno_location: { parameters: [], result: "pointer" },
 } as const;
 
-let libc: Deno.DynamicLibrary<typeof LIBC> | undefined;
-
 /** libc, opened once; throws {@link TableInfoError} (errno 0) where FFI or libc is unavailable. */
-function openLibc(): Deno.DynamicLibrary<typeof LIBC> {
-  try {
-    return libc ??= dlopenLibc(LIBC);
-  } catch (error) {
-    throw new TableInfoError(
-      `cannot load libc for iptables table info: ${(error as Error).message}`,
-      0,
-    );
-  }
-}
+const openLibc = libcOpener(
+  LIBC,
+  (reason) => new TableInfoError(`cannot load libc for iptables table info: ${reason}`, 0),
+);
 
 /**
  * Whether {@link readTableInfo} can be used from this process (FFI permitted, libc loadable);
@@ -153,14 +145,10 @@ export function readTableInfo(family: IPFamily, table: string): TableInfo {
     if (c.getsockopt(fd, level, SO_GET_INFO, buffer, new Uint8Array(length.buffer)) < 0) {
       throw errnoError(c, `cannot read ${family} iptables table ${table}`);
     }
-    return parseTableInfo(buffer, nativeLittleEndian());
+    return parseTableInfo(buffer, HOST_LITTLE_ENDIAN);
   } finally {
     c.close(fd);
   }
-}
-
-function nativeLittleEndian(): boolean {
-  return new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 }
 
 function errnoError(c: Deno.DynamicLibrary<typeof LIBC>["symbols"], what: string): Error {

@@ -1,6 +1,7 @@
 /**
  * libc through Deno's FFI, for the modules that ask the kernel directly (nft_netlink.ts,
- * iptables_info.ts): opening it, reading `errno` after a failed call and naming it.
+ * iptables_info.ts): opening it, reading `errno` after a failed call and naming it, and the
+ * host's byte order.
  *
  * @module
  */
@@ -42,6 +43,27 @@ export function dlopenLibc<S extends Deno.ForeignLibraryInterface>(
   }
   throw new Error(errors.join("; "));
 }
+
+/**
+ * A function that opens libc with `symbols` on its first successful call and returns that one
+ * handle from then on; where it cannot be opened, it throws what `fail` makes of the reason.
+ */
+export function libcOpener<S extends Deno.ForeignLibraryInterface>(
+  symbols: S,
+  fail: (reason: string) => Error,
+): () => Deno.DynamicLibrary<S> {
+  let library: Deno.DynamicLibrary<S> | undefined;
+  return () => {
+    try {
+      return library ??= dlopenLibc(symbols);
+    } catch (error) {
+      throw fail((error as Error).message);
+    }
+  };
+}
+
+/** Whether this machine stores integers little-endian (the kernel's "host order"). */
+export const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** The calling thread's `errno`, read through libc's `__errno_location()` (0 when unknown). */
 export function lastErrno(errnoLocation: () => Deno.PointerValue): number {

@@ -12,6 +12,7 @@
  * @module
  */
 import ipaddr from "ipaddr.js";
+import { HOST_LITTLE_ENDIAN } from "./libc.ts";
 
 /** An element or declaration this codec cannot encode as nft would. */
 export class ElementCodecError extends Error {
@@ -428,8 +429,6 @@ function protocol(name: string): number {
   }
   return number;
 }
-
-const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** The decimal number `text[from, to)`, without sign or leading zeros, at most `max`. */
 function decimal(text: string, from: number, to: number, max: number): number {

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { dlopenLibc, errnoName, lastErrno } from "./libc.ts";
+import { errnoName, lastErrno, libcOpener } from "./libc.ts";
 
 /** One element as the kernel dumps it. */
 export interface KernelElement {
@@ -91,16 +91,11 @@ const LIBC = {
   __errno_location: { parameters: [], result: "pointer" },
 } as const;
 
-let libc: Deno.DynamicLibrary<typeof LIBC> | undefined;
-
 /** libc, opened once; throws {@link NetlinkError} where FFI or libc is not available. */
-function openLibc(): Deno.DynamicLibrary<typeof LIBC> {
-  try {
-    return libc ??= dlopenLibc(LIBC);
-  } catch (error) {
-    throw new NetlinkError(`cannot load libc for netlink: ${(error as Error).message}`, 0);
-  }
-}
+const openLibc = libcOpener(
+  LIBC,
+  (reason) => new NetlinkError(`cannot load libc for netlink: ${reason}`, 0),
+);
 
 /**
  * The elements of set or map `set` in table `family table`, as the kernel holds them; none
