@@ -31,7 +31,14 @@ import {
   splitElements,
   writeElement,
 } from "./nft_element_codec.ts";
-import { NetlinkError, requestObjects, sendBatch, stringAttr } from "./nft_netlink.ts";
+import {
+  attributes,
+  attributeText,
+  NetlinkError,
+  requestObjects,
+  sendBatch,
+  stringAttr,
+} from "./nft_netlink.ts";
 
 /** How a full script gets to the kernel over netlink. */
 export interface NetlinkApplyOptions {
@@ -305,7 +312,7 @@ async function writeFamily(
   batch.message(MSG.newTable, family, NLM_F_CREATE, `add table ${where}`, (w) => {
     w.string(NFTA_TABLE_NAME, table);
     const userData = findAttr(stageTable, NFTA_TABLE_USERDATA);
-    if (userData) w.append(padded(userData));
+    if (userData) w.appendAttr(userData);
   });
   for (const chain of plan.chains) {
     const [message] = await requestObjects(MSG.getChain, plan.family, [
@@ -329,7 +336,7 @@ async function writeFamily(
   const sets = await requestObjects(MSG.getSet, plan.family, [stringAttr(NFTA_TABLE, stage)], true);
   const stageSets: string[] = [];
   for (const message of sets) {
-    const name = stringOf(findAttr(message, NFTA_SET_NAME));
+    const name = attributeText(findAttr(message, NFTA_SET_NAME));
     stageSets.push(name);
     batch.message(MSG.newSet, family, NLM_F_CREATE, `add set ${where} ${name}`, (w) => {
       copyAttrs(w, message, table, (type) => DESCRIBING.set.has(type));
@@ -440,48 +447,16 @@ function copyAttrs(
   table: string,
   keep: (type: number, attr: Uint8Array) => boolean,
 ): void {
-  forEachAttr(message, (type, attr) => {
+  for (const [type, attr] of attributes(message)) {
     if (type === NFTA_TABLE) w.string(NFTA_TABLE, table);
-    else if (keep(type, attr)) w.append(padded(attr));
-  });
-}
-
-function padded(attr: Uint8Array): Uint8Array {
-  const length = (attr.length + 3) & ~3;
-  if (length === attr.length) return attr;
-  const copy = new Uint8Array(length);
-  copy.set(attr);
-  return copy;
-}
-
-/** Calls `f` with each top-level attribute of `message` (type without flags, its bytes). */
-function forEachAttr(message: Uint8Array, f: (type: number, attr: Uint8Array) => void): void {
-  const view = new DataView(message.buffer, message.byteOffset, message.byteLength);
-  for (let at = 0; at + 4 <= message.length;) {
-    const length = view.getUint16(at, true);
-    if (length < 4 || at + length > message.length) {
-      throw new NetlinkError("a malformed attribute in the kernel's answer", 0);
-    }
-    f(view.getUint16(at + 2, true) & 0x3fff, message.subarray(at, at + length));
-    at += (length + 3) & ~3;
+    else if (keep(type, attr)) w.appendAttr(attr);
   }
 }
 
 /** The first top-level attribute of `type` in `message` (header included), or undefined. */
 function findAttr(message: Uint8Array, type: number): Uint8Array | undefined {
-  let found: Uint8Array | undefined;
-  forEachAttr(message, (t, attr) => {
-    if (found === undefined && t === type) found = attr;
-  });
-  return found;
-}
-
-/** A string attribute's text. */
-function stringOf(attr: Uint8Array | undefined): string {
-  if (!attr) return "";
-  let end = 4;
-  while (end < attr.length && attr[end] !== 0) end++;
-  return new TextDecoder().decode(attr.subarray(4, end));
+  for (const [t, attr] of attributes(message)) if (t === type) return attr;
+  return undefined;
 }
 
 /** One nf_tables batch being written: messages with sequence numbers, and what each was. */

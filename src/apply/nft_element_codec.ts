@@ -238,6 +238,15 @@ export class AttributeWriter {
     this.#view.setUint16(at, value, littleEndian);
   }
 
+  /** Appends attribute `attr` (header included) and pads it to 4 bytes. */
+  appendAttr(attr: Uint8Array): void {
+    const padded = (attr.length + 3) & ~3;
+    this.reserve(padded);
+    this.#bytes.set(attr, this.length);
+    this.#bytes.fill(0, this.length + attr.length, this.length + padded);
+    this.length += padded;
+  }
+
   /** Appends `data` as it is. */
   append(data: Uint8Array): void {
     this.reserve(data.length);

@@ -486,6 +486,28 @@ function text(view: DataView, start: number, end: number): string {
 
 const DECODER = new TextDecoder();
 
+/**
+ * The top-level attributes of one message's attribute bytes (as {@link requestObjects} hands
+ * them back): each one's type (without the nested and byte-order flags) and its bytes, header
+ * included, unpadded. Throws {@link NetlinkError} on a malformed one.
+ */
+export function* attributes(message: Uint8Array): Generator<[type: number, attr: Uint8Array]> {
+  const view = new DataView(message.buffer, message.byteOffset, message.byteLength);
+  for (let at = 0; at + 4 <= message.length; at += align(view.getUint16(at, true))) {
+    const length = view.getUint16(at, true);
+    if (length < 4 || at + length > message.length) {
+      throw new NetlinkError("a malformed attribute in the kernel's answer", 0);
+    }
+    yield [type4(view, at), message.subarray(at, at + length)];
+  }
+}
+
+/** The text of string attribute `attr` (header included), or empty when there is none. */
+export function attributeText(attr: Uint8Array | undefined): string {
+  if (attr === undefined) return "";
+  return text(new DataView(attr.buffer, attr.byteOffset, attr.byteLength), 4, attr.length);
+}
+
 /** A NUL-terminated string attribute, padded. */
 export function stringAttr(type: number, text: string): Uint8Array {
   const bytes = new TextEncoder().encode(text);
