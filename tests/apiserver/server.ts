@@ -208,8 +208,14 @@ interface Watcher {
   fields: Selector;
   bookmarks: boolean;
   controller: ReadableStreamDefaultController<Uint8Array>;
-  /** Lines held back while the server is stalled. */
+  /** Lines held back while the server is stalled, or while initial events are still to send. */
   held: string[];
+  /**
+   * A watch-list's initial events not yet sent: chunks of lines, then the bookmark that ends
+   * them. Each chunk is written only when the client's stream pulls for more, as a real API
+   * server streams from its watch cache; changes meanwhile wait in `held`.
+   */
+  initial?: Iterator<string>;
   timer?: ReturnType<typeof setTimeout>;
   closed: boolean;
   /** The query shape the bytes this stream carries are counted under. */
@@ -501,6 +507,10 @@ export class TestApiServer implements AsyncDisposable {
     clearTimeout(stall.timer);
     stall.release();
     for (const watcher of this.#watchers) {
+      if (watcher.initial !== undefined) {
+        this.#pullInitial(watcher);
+        continue;
+      }
       const held = watcher.held;
       watcher.held = [];
       for (const line of held) this.#write(watcher, line);
@@ -905,28 +915,21 @@ export class TestApiServer implements AsyncDisposable {
           shape,
         };
       },
+      pull: () => this.#pullInitial(watcher),
       cancel: () => this.#closeWatcher(watcher),
     });
     if (initialEvents === "true") {
       // Watch-list: the state as ADDED events, then the bookmark that says they are complete.
       this.#watchers.add(watcher);
-      const objects = this.#matching(query);
-      for (let i = 0; i < objects.length; i += INITIAL_EVENTS_PER_CHUNK) {
-        const lines = objects.slice(i, i + INITIAL_EVENTS_PER_CHUNK)
-          .map((object) => `{"type":"ADDED","object":${this.#json(object)}}\n`);
-        this.#emit(watcher, lines.join(""));
-      }
-      this.#send(watcher, {
-        type: "BOOKMARK",
-        object: {
-          kind: resource.kind,
-          apiVersion: resource.apiVersion,
-          metadata: {
-            resourceVersion: String(this.#rv),
-            annotations: { [INITIAL_EVENTS_END_ANNOTATION]: "true" },
-          },
+      watcher.initial = this.#initialEvents(this.#matching(query), {
+        kind: resource.kind,
+        apiVersion: resource.apiVersion,
+        metadata: {
+          resourceVersion: String(this.#rv),
+          annotations: { [INITIAL_EVENTS_END_ANNOTATION]: "true" },
         },
       });
+      this.#pullInitial(watcher);
     } else if (from !== undefined && from < this.#compactedRv) {
       this.#write(
         watcher,
@@ -1023,6 +1026,34 @@ export class TestApiServer implements AsyncDisposable {
     return watcher.labels(object) && watcher.fields(object);
   }
 
+  /** A watch-list's initial events as chunks of lines: ADDED per object, then `bookmark`. */
+  *#initialEvents(objects: RawObject[], bookmark: RawObject): Generator<string> {
+    for (let i = 0; i < objects.length; i += INITIAL_EVENTS_PER_CHUNK) {
+      yield objects.slice(i, i + INITIAL_EVENTS_PER_CHUNK)
+        .map((object) => `{"type":"ADDED","object":${this.#json(object)}}\n`).join("");
+    }
+    yield `{"type":"BOOKMARK","object":${JSON.stringify(bookmark)}}\n`;
+  }
+
+  /**
+   * Writes the next chunk of a watch-list's initial events when its stream wants more; after
+   * the last, the changes held meanwhile (unless the server is stalled: then on release).
+   */
+  #pullInitial(watcher: Watcher): void {
+    const initial = watcher.initial;
+    if (initial === undefined || watcher.closed) return;
+    if (this.#stall !== undefined) return;
+    const next = initial.next();
+    if (!next.done) {
+      this.#write(watcher, next.value);
+      return;
+    }
+    watcher.initial = undefined;
+    const held = watcher.held;
+    watcher.held = [];
+    for (const line of held) this.#write(watcher, line);
+  }
+
   #send(watcher: Watcher, event: { type: string; object: RawObject }): void {
     this.#emit(
       watcher,
@@ -1032,7 +1063,7 @@ export class TestApiServer implements AsyncDisposable {
 
   /** Sends event lines, or holds them back while the server is stalled. */
   #emit(watcher: Watcher, lines: string): void {
-    if (this.#stall !== undefined) {
+    if (this.#stall !== undefined || watcher.initial !== undefined) {
       watcher.held.push(lines);
       return;
     }

@@ -382,6 +382,34 @@ Deno.test("TestApiServer streams a watch-list: every object, the end bookmark, t
   }
 });
 
+Deno.test("TestApiServer streams a long watch-list as it is read; changes meanwhile follow its end bookmark", async () => {
+  await using server = await TestApiServer.start({ bookmarkIntervalMs: 0 });
+  // Five chunks of initial events: the first is sent before the rest are written.
+  const names = Array.from({ length: 1000 }, (_, i) => `s${String(i).padStart(4, "0")}`);
+  server.load("Service", names.map((name) => svc(name)));
+  const watch = await WatchReader.open(
+    `${server.url}/api/v1/services?watch=1&sendInitialEvents=true&allowWatchBookmarks=true` +
+      `&resourceVersionMatch=NotOlderThan`,
+  );
+  try {
+    assert.equal(summary(await watch.next()), "ADDED s0000");
+    server.create("Service", svc("late"));
+    const release = server.stall();
+    server.delete("Service", { name: "s0001" });
+    release();
+    const seen: string[] = [];
+    for (let i = 1; i < names.length; i++) seen.push(summary(await watch.next()));
+    assert.deepEqual(seen, names.slice(1).map((name) => `ADDED ${name}`));
+    const end = await watch.next();
+    assert.ok(end !== "end" && end.type === "BOOKMARK");
+    assert.equal(end.object.metadata.resourceVersion, "1000");
+    assert.equal(summary(await watch.next()), "ADDED late");
+    assert.equal(summary(await watch.next()), "DELETED s0001");
+  } finally {
+    await watch.close();
+  }
+});
+
 Deno.test("TestApiServer refuses a watch-list with 422 when it is off, as an older server does", async () => {
   await using server = await TestApiServer.start({ bookmarkIntervalMs: 0, watchList: false });
   server.create("Service", svc("a"));
