@@ -1,11 +1,12 @@
 /**
  * Noticing, in iptables mode, that someone removed or flushed our rules (`iptables -t nat -F`,
  * `iptables -X`, a firewalld reload): upstream kube-proxy's `KUBE-PROXY-CANARY` check plus a
- * look at the two nat jump rules every service packet goes through. Cheap with iptables-nft
- * (a few small listings). With iptables-legacy that full check reads the whole nat table, so
- * {@link IptablesRulesWatch} runs it only when the kernel's summary of the mangle or nat table
- * (iptables_info.ts, constant cost) changed since our rules were last known intact, or every
- * few minutes.
+ * look at the two nat jump rules every service packet goes through. With iptables-nft the
+ * tables are nftables tables, asked over netlink without any child (or, where netlink cannot
+ * be used, with a few small listings). With iptables-legacy that full check reads the whole nat
+ * table, so {@link IptablesRulesWatch} runs it only when the kernel's summary of the mangle or
+ * nat table (iptables_info.ts, constant cost) changed since our rules were last known intact,
+ * or every few minutes.
  *
  * @module
  */
@@ -19,6 +20,7 @@ import {
   type IptablesRunnerOptions,
   runIptables,
 } from "./iptables.ts";
+import { chainExists, dumpRules, netlinkOr } from "./nft_netlink.ts";
 import type { ProgramResult } from "./program.ts";
 import {
   readTableInfo,
@@ -83,6 +85,39 @@ export async function iptablesRulesIntact(options: IptablesRulesIntactOptions): 
     ),
   ]);
   return (await Promise.all(checks)).every(Boolean);
+}
+
+/**
+ * {@link iptablesRulesIntact} for iptables-nft, asked over netlink in the process's own
+ * namespace: per family, the canary chain (one get request) and a rule in nat PREROUTING and
+ * OUTPUT jumping to KUBE-SERVICES (those two chains' rules only, whatever the number of
+ * services). No child, ~0.1 ms. Throws {@link NetlinkError} with errno 0 where netlink cannot
+ * be used from here.
+ */
+export async function iptablesNftRulesIntactNetlink(
+  families: readonly IPFamily[],
+): Promise<boolean> {
+  for (const family of families) {
+    const nftFamily = family === "IPv6" ? "ip6" : "ip";
+    if (!(await chainExists(nftFamily, "mangle", CANARY))) return false;
+    for (const jump of SERVICE_JUMPS) {
+      const rules = await dumpRules(nftFamily, jump.table, jump.chain);
+      if (!rules.some((rule) => rule.jumps.includes(jump.target))) return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * The full check the daemon runs: with iptables-nft in its own namespace over netlink
+ * ({@link iptablesNftRulesIntactNetlink}), falling back for good to the listings of
+ * {@link iptablesRulesIntact} where FFI is not permitted or libc is not there; the listings
+ * otherwise (iptables-legacy, another namespace for tests).
+ */
+export function iptablesRulesChecker(options: IptablesRulesIntactOptions): () => Promise<boolean> {
+  const viaListings = () => iptablesRulesIntact(options);
+  if (options.backend !== "nft" || options.netns !== undefined) return viaListings;
+  return netlinkOr(() => iptablesNftRulesIntactNetlink(options.families), viaListings);
 }
 
 /** Options of {@link IptablesRulesWatch}. */
@@ -164,7 +199,7 @@ export class IptablesRulesWatch {
   constructor(options: IptablesRulesWatchOptions) {
     this.#options = options;
     this.#readInfo = options.readInfo ?? readTableInfo;
-    this.#fullCheck = options.fullCheck ?? (() => iptablesRulesIntact(options));
+    this.#fullCheck = options.fullCheck ?? iptablesRulesChecker(options);
     this.#now = options.now ?? Date.now;
     this.#summaries = options.backend === "legacy" && options.netns === undefined &&
       (options.readInfo !== undefined || tableInfoAvailable());

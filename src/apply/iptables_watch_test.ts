@@ -64,6 +64,61 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name: "iptablesNftRulesIntactNetlink() asks the kernel over netlink and sees the same removals " +
+    "as the listings, in the kernel",
+  ignore: kernelGate.ignore,
+  async fn() {
+    const script = await Deno.readTextFile(GOLDEN);
+    const module = JSON.stringify(new URL("./iptables_watch.ts", import.meta.url).href);
+    await withIptablesScratch(async (k) => {
+      /** The netlink check, run inside the namespace (netlink answers for the caller's own). */
+      const viaNetlink = async (families: readonly IPFamily[] = BOTH) => {
+        const out = await runOk([
+          Deno.execPath(),
+          "eval",
+          `import { iptablesNftRulesIntactNetlink } from ${module};
+           console.log(await iptablesNftRulesIntactNetlink(${JSON.stringify(families)}));`,
+        ], { ns: k.ns });
+        return JSON.parse(out) as boolean;
+      };
+      /** Both checks, which must agree. */
+      const intact = async (families: readonly IPFamily[] = BOTH) => {
+        const netlink = await viaNetlink(families);
+        const listings = await iptablesRulesIntact({ backend: "nft", families, netns: k.ns });
+        assert.equal(netlink, listings, `netlink and listings disagree for ${families}`);
+        return netlink;
+      };
+      const iptables = (family: IPFamily, ...args: string[]) =>
+        runOk([`${family === "IPv6" ? "ip6" : "ip"}tables-nft`, ...args], { ns: k.ns });
+
+      assert.equal(await intact(), false, "nothing synced yet");
+      await k.apply(script, "nft");
+      assert.equal(await intact(), true, "after a full sync");
+      for (const family of BOTH) {
+        const other = BOTH.filter((f) => f !== family);
+        await iptables(family, "-t", "nat", "-F");
+        assert.equal(await intact([family]), false, `${family} nat flushed`);
+        assert.equal(await intact(other), true, "the other family is intact");
+        await k.apply(script, "nft");
+        await iptables(family, "-t", "mangle", "-X", "KUBE-PROXY-CANARY");
+        assert.equal(await intact([family]), false, `${family} canary deleted`);
+        await k.apply(script, "nft");
+        await iptables(
+          family,
+          ...["-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment"],
+          ...["kubernetes service portals", "-j", "KUBE-SERVICES"],
+        );
+        assert.equal(await intact([family]), false, `${family} PREROUTING jump deleted`);
+        await k.apply(script, "nft");
+        assert.equal(await intact(), true);
+      }
+      await runOk(["nft", "flush", "ruleset"], { ns: k.ns });
+      assert.equal(await intact(), false, "nft flush ruleset");
+    });
+  },
+});
+
 /** A legacy kernel as the watch sees it: one summary per table, a full check, a clock. */
 function fakeLegacy() {
   const info = (numEntries: number): TableInfo => ({

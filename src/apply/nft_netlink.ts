@@ -55,8 +55,11 @@ const NLMSG_DONE = 3;
 const NLA_TYPE_MASK = 0x3fff;
 
 const NFNL_SUBSYS_NFTABLES = 10;
+const NFT_MSG_GETCHAIN = 4;
 const NFT_MSG_GETRULE = 7;
 const NFT_MSG_GETSETELEM = 13;
+const NFTA_CHAIN_TABLE = 1;
+const NFTA_CHAIN_NAME = 3;
 const NFTA_RULE_TABLE = 1;
 const NFTA_RULE_CHAIN = 2;
 const NFTA_RULE_EXPRESSIONS = 4;
@@ -148,6 +151,18 @@ export async function dumpRules(
     if (expressions >= 0) rules.push(readRule(view, expressions));
   });
   return found ? rules : [];
+}
+
+/**
+ * Whether chain `chain` exists in table `family table` (one get request, answered from that
+ * chain alone). Throws {@link NetlinkError} when netlink cannot be used here.
+ */
+export async function chainExists(family: string, table: string, chain: string): Promise<boolean> {
+  const found = await requestObjects(NFT_MSG_GETCHAIN, family, [
+    stringAttr(NFTA_CHAIN_TABLE, table),
+    stringAttr(NFTA_CHAIN_NAME, chain),
+  ], false);
+  return found.length > 0;
 }
 
 /** {@link dump}, resolving false when the kernel answers ENOENT (no such table, set or chain). */
