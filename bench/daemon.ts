@@ -55,7 +55,13 @@ import {
 import { integerIn } from "./cli.ts";
 import { BENCH_POD_CIDR, generateCluster, type SyntheticCluster } from "./cluster.ts";
 import { BENCH_API_PORT, type BenchApiServer, startBenchApiServer } from "./daemon_api.ts";
-import { type MeteredDaemon, sleep, startDaemon, waitForTable } from "./daemon_process.ts";
+import {
+  imagePermissions,
+  type MeteredDaemon,
+  sleep,
+  startDaemon,
+  waitForTable,
+} from "./daemon_process.ts";
 import { PodCgroup, processCpuSeconds, processMemory, removeStaleCgroups } from "./pod_meter.ts";
 import { type Environment, environment } from "./scale.ts";
 import { round, summarize } from "./stats.ts";
@@ -82,6 +88,11 @@ export interface DaemonBenchOptions {
   only: ReadonlySet<Section>;
   /** The daemons' mode (`nft` unless iptables mode is measured). */
   mode: BenchMode;
+  /**
+   * The daemons' Deno permissions: `all` (`-A`), or `image`, the container image's set
+   * (`scripts/image_build.sh permissions`), which is what a node running the image gets.
+   */
+  permissions: "all" | "image";
   /** Seconds from the first transaction to the peak-memory reading and the idle window. */
   settleS: number;
   /** Length of the idle window, s. */
@@ -212,7 +223,7 @@ export async function runDaemonBench(
   });
   progress(
     `cluster: ${options.services} services × ${options.endpoints} endpoints; mode ` +
-      `${options.mode}; nft ${env.nft}, kernel ${env.kernel}, commit ${env.commit}`,
+      `${options.mode}, permissions ${options.permissions}; nft ${env.nft}, kernel ${env.kernel}, commit ${env.commit}`,
   );
   const fixture: Fixture = { cluster, id: shortId(), upstreamBytes: 0 };
   const tmp = await Deno.makeTempDir({ prefix: "knp-bench-daemon-" });
@@ -356,10 +367,15 @@ async function apiDaemon(
     ], { ns });
     pod = await PodCgroup.create(ns);
     await server.resetTraffic();
-    daemon = await startDaemon(ns, [
-      `--master=http://${API_LINK_IP}:${BENCH_API_PORT}`,
-      ...daemonFlags(fixture.cluster, options),
-    ], pod);
+    daemon = await startDaemon(
+      ns,
+      [
+        `--master=http://${API_LINK_IP}:${BENCH_API_PORT}`,
+        ...daemonFlags(fixture.cluster, options),
+      ],
+      pod,
+      await permissionFlags(options),
+    );
     const committed = await firstTransaction(ns, daemon, options);
     const coldMs = committed - daemon.startedAt;
     const firstSync = await daemon.waitForSync(0, COLD_TIMEOUT_MS).catch(() => undefined);
@@ -489,10 +505,15 @@ async function fileDaemon(
   let daemon: MeteredDaemon | undefined;
   try {
     pod = await PodCgroup.create(ns);
-    daemon = await startDaemon(ns, [
-      `--from-file=${fixture.yamlFile}`,
-      ...daemonFlags(fixture.cluster, options),
-    ], pod);
+    daemon = await startDaemon(
+      ns,
+      [
+        `--from-file=${fixture.yamlFile}`,
+        ...daemonFlags(fixture.cluster, options),
+      ],
+      pod,
+      await permissionFlags(options, fixture.yamlFile),
+    );
     const committed = await firstTransaction(ns, daemon, options);
     await daemon.waitForSync(0, COLD_TIMEOUT_MS).catch(() => undefined);
     await sleep(committed + FILE_SETTLE_S * 1000 - performance.now());
@@ -539,6 +560,12 @@ async function upstreamLoad(
   }
 }
 
+/** The daemons' Deno permission flags; `file`, a cluster file it must be able to read. */
+function permissionFlags(options: DaemonBenchOptions, file?: string): Promise<string[]> {
+  if (options.permissions === "all") return Promise.resolve(["-A"]);
+  return imagePermissions(file === undefined ? [] : [file.slice(0, file.lastIndexOf("/"))]);
+}
+
 /**
  * When the daemon's first transaction was committed (a `performance.now()`): in nftables mode
  * its table appearing in `nft list tables`; in iptables mode, which has no such table, its first
@@ -578,6 +605,7 @@ function summarizeRuns(
   const stamp = (m: Measurement): Measurement => ({
     ...m,
     mode: options.mode,
+    permissions: options.permissions,
     loadavg_1m_max: round(Math.max(...results.map((r) => r.loadavg), Deno.loadavg()[0])),
     date: env.date,
     nft: env.nft,
@@ -811,6 +839,7 @@ export function formatMeasurement(m: Measurement): string {
       "kernel",
       "commit",
       "mode",
+      "permissions",
     ]);
     const fields = Object.entries(m)
       .filter(([k, v]) => !skip.has(k) && v !== null)
@@ -863,6 +892,11 @@ function parseMode(value: string): BenchMode {
   return value as BenchMode;
 }
 
+function parsePermissions(value: string): "all" | "image" {
+  if (value === "all" || value === "image") return value;
+  throw new InvalidArgumentError("must be all or image");
+}
+
 function parseOnOff(value: string): boolean {
   if (value === "on") return true;
   if (value === "off") return false;
@@ -881,6 +915,12 @@ async function main(): Promise<number> {
     .option("--runs <n>", "runs (each in fresh namespaces)", integerIn(1, 100), 3)
     .option("--seed <n>", "generator seed", integerIn(0, 2 ** 32 - 1), 1)
     .option("--only <list>", `sections to run: ${SECTIONS.join(",")}`, parseOnly)
+    .option(
+      "--permissions <all|image>",
+      "the daemons' Deno permissions: -A, or the container image's set",
+      parsePermissions,
+      "all" as "all" | "image",
+    )
     .option(
       "--mode <mode>",
       `the daemons' mode: ${MODES.join(", ")}`,
@@ -927,6 +967,7 @@ async function main(): Promise<number> {
       seed: opts.seed,
       only: opts.only ?? new Set(SECTIONS),
       mode: opts.mode,
+      permissions: opts.permissions,
       settleS: opts.settleS,
       idleS: opts.idleS,
       steadyS: opts.steadyS,

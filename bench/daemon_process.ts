@@ -50,17 +50,19 @@ export interface MeteredDaemon {
 const EXTRA_DENO_FLAGS = (Deno.env.get("BENCH_DENO_FLAGS") ?? "").split(/\s+/).filter(Boolean);
 
 /**
- * Starts `deno run --cached-only -A main.ts ARGS` in namespace `ns` inside `pod`'s cgroup and
- * checks that the PID it got is the Deno process itself.
+ * Starts `deno run --cached-only PERMISSIONS main.ts ARGS` in namespace `ns` inside `pod`'s
+ * cgroup and checks that the PID it got is the Deno process itself. `permissions` are Deno's
+ * permission flags, `-A` unless given (the image's set: {@link imagePermissions}).
  */
 export async function startDaemon(
   ns: string,
   args: readonly string[],
   pod: PodCgroup,
+  permissions: readonly string[] = ["-A"],
 ): Promise<MeteredDaemon> {
   const deno = Deno.realPathSync(Deno.execPath());
   const cmd = commandLine(
-    [deno, "run", "--cached-only", ...EXTRA_DENO_FLAGS, "-A", MAIN, ...args],
+    [deno, "run", "--cached-only", ...EXTRA_DENO_FLAGS, ...permissions, MAIN, ...args],
     ns,
   );
   const startedAt = performance.now();
@@ -210,6 +212,21 @@ export async function waitForTable(ns: string, options: WaitForTableOptions): Pr
     await sleep(interval);
   }
   throw new Error(`no ${table} in ${ns} after ${options.timeoutMs} ms`);
+}
+
+/**
+ * The Deno permissions the container image runs the proxy with (`scripts/image_build.sh
+ * permissions`), plus reading `readable` (a cluster file's directory) and the cluster file
+ * parser's module, which the image keeps in a directory it may read.
+ */
+export async function imagePermissions(readable: readonly string[] = []): Promise<string[]> {
+  const script = new URL("../scripts/image_build.sh", import.meta.url).pathname;
+  const out = await new Deno.Command("sh", { args: [script, "permissions"], stdout: "piped" })
+    .output();
+  if (!out.success) throw new Error(`sh ${script} permissions failed`);
+  const flags = new TextDecoder().decode(out.stdout).trim().split(/\s+/);
+  const worker = new URL("../src/source/", import.meta.url).pathname;
+  return [...flags, `--allow-read=${[worker, ...readable].join(",")}`];
 }
 
 /** Resolves after `ms`. */
