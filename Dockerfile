@@ -15,6 +15,8 @@
 # - DENO_IMAGE, BASE_IMAGE: the build stage's image (any Debian 12 with `deno` on its PATH) and
 #   the runtime's (Debian 12). An operator's mirror, or the local images `deno task image` makes
 #   from Debian's archive and npm's Deno package when no registry can be reached.
+# - FFI: `on` (default) lets the proxy call libc, and only libc, for netlink; `off` leaves FFI out
+#   of its permissions (scripts/image_build.sh says what that costs and what it keeps out).
 # The npm packages still come from the npm registry, and the kernel tools from Debian's archive.
 #
 # The image runs as root. Programming the host's netfilter from a pod in the host network
@@ -22,7 +24,7 @@
 # iptables-restore, conntrack): a non-root user would only get it through file capabilities set
 # on every one of them, which Kubernetes' `capabilities.add` does not provide. deploy/ grants
 # NET_ADMIN alone and drops every other capability. Deno's permissions (scripts/image_build.sh)
-# keep the proxy itself to the programs, files and variables it uses.
+# keep the proxy itself to the programs, files and variables it uses, and to libc for netlink.
 
 ARG DENO_IMAGE=denoland/deno:2.9.6
 ARG BASE_IMAGE=debian:bookworm-slim
@@ -30,6 +32,8 @@ ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${DENO_IMAGE} AS build
 ARG BUILD=compile
 ARG DENORT_BIN=""
+# `off` runs the proxy without FFI (see scripts/image_build.sh: no netlink, more `nft` children).
+ARG FFI=on
 # Only where a TLS-inspecting proxy stands between the build and the npm registry: its CA bundle
 # as mounted into the build (`deno task image` mounts the machine's with podman).
 ARG DENO_CERT
@@ -40,7 +44,7 @@ COPY deno.json deno.lock ./
 RUN deno install --frozen
 COPY . .
 # The cluster file parser runs in a worker, whose module the build keeps beside main.ts.
-RUN sh scripts/image_build.sh "${BUILD}" /out
+RUN FFI="${FFI}" sh scripts/image_build.sh "${BUILD}" /out
 
 FROM ${BASE_IMAGE} AS runtime
 # Debian's versions are not pinned: the security archive replaces them, and a pinned version

@@ -15,7 +15,7 @@
 # Environment: IMAGE_TAG (default localhost/kube-nftproxy:<deno.json's version>), BUILD
 # (compile|bundle; default bundle with the local bases, compile with yours), DENO_IMAGE and
 # BASE_IMAGE (your bases, e.g. a registry mirror's denoland/deno:2.9.6 and debian:bookworm-slim),
-# DENORT_BIN (passed on to the Dockerfile), KNP_DEBIAN_MIRROR (default
+# DENORT_BIN and FFI (on|off, passed on to the Dockerfile), KNP_DEBIAN_MIRROR (default
 # http://deb.debian.org/debian), DENO_BIN.
 #
 # On a fresh Debian machine, as root, it installs what it lacks (podman and runc; debootstrap
@@ -151,6 +151,7 @@ set -- "$@" --build-arg "BUILD=${BUILD:-compile}"
 [ -n "${DENO_IMAGE:-}" ] && set -- "$@" --build-arg "DENO_IMAGE=$DENO_IMAGE"
 [ -n "${BASE_IMAGE:-}" ] && set -- "$@" --build-arg "BASE_IMAGE=$BASE_IMAGE"
 [ -n "${DENORT_BIN:-}" ] && set -- "$@" --build-arg "DENORT_BIN=$DENORT_BIN"
+[ -n "${FFI:-}" ] && set -- "$@" --build-arg "FFI=$FFI"
 # A machine that reaches the npm registry through a TLS-inspecting proxy trusts its CA through
 # SSL_CERT_FILE or DENO_CERT, else the system bundle: the build's Deno is given the same bundle
 # (podman mounts it; Deno adds it to its own roots).
@@ -161,7 +162,7 @@ fi
 if [ "$engine" = podman ] && [ -n "$ca" ] && [ -r "$ca" ]; then
   set -- "$@" --volume "$ca:/run/knp-build-ca.crt:ro" --build-arg DENO_CERT=/run/knp-build-ca.crt
 fi
-say "building $tag with $engine (BUILD=${BUILD:-compile}, bases ${DENO_IMAGE:-Dockerfile's} and ${BASE_IMAGE:-Dockerfile's})"
+say "building $tag with $engine (BUILD=${BUILD:-compile}, FFI=${FFI:-on}, bases ${DENO_IMAGE:-Dockerfile's} and ${BASE_IMAGE:-Dockerfile's})"
 $engine build "$@" -t "$tag" -f Dockerfile .
 size=$($engine image inspect --format '{{.Size}}' "$tag")
 say "built $tag: $((size / 1000000)) MB, in $(($(date +%s) - started)) s"

@@ -27,18 +27,49 @@ const ERRNO_NAMES: Record<number, string> = {
 };
 
 /**
- * libc with `symbols`, or, where FFI is not permitted or no libc loads, an Error saying what
- * each attempt answered (the caller turns it into its own "not available" error).
+ * Where libc is looked for, in order: the absolute paths of the usual layouts first — FFI
+ * permission granted for one file (`--allow-ffi=/lib/x86_64-linux-gnu/libc.so.6`, as the
+ * container image does) covers that exact path only, not the bare name the loader resolves —
+ * then the bare names, which any `--allow-ffi` without a path covers.
+ */
+export function libcCandidates(arch: string = Deno.build.arch): string[] {
+  return [
+    `/lib/${arch}-linux-gnu/libc.so.6`,
+    `/usr/lib/${arch}-linux-gnu/libc.so.6`,
+    "/lib64/libc.so.6",
+    "/usr/lib64/libc.so.6",
+    "/usr/lib/libc.so.6",
+    "libc.so.6",
+    "libc.so",
+  ];
+}
+
+/**
+ * Whether this process may call libc through FFI: FFI permission for any path, or for one of
+ * {@link libcCandidates} (as the image grants it). Asks the permission state only; libc may still
+ * fail to load.
+ */
+export function libcPermitted(): boolean {
+  return libcCandidates().some((path) =>
+    Deno.permissions.querySync({ name: "ffi", path }).state === "granted"
+  );
+}
+
+/**
+ * libc with `symbols` (the first of {@link libcCandidates} that opens), or, where FFI is not
+ * permitted or no libc loads, an Error saying what the first path and the bare names answered
+ * (the caller turns it into its own "not available" error).
  */
 export function dlopenLibc<S extends Deno.ForeignLibraryInterface>(
   symbols: S,
 ): Deno.DynamicLibrary<S> {
   const errors: string[] = [];
-  for (const name of ["libc.so.6", "libc.so"]) {
+  const candidates = libcCandidates();
+  for (const [i, name] of candidates.entries()) {
     try {
       return Deno.dlopen(name, symbols);
     } catch (error) {
-      errors.push(`${name}: ${(error as Error).message}`);
+      if (i === 0 || !name.startsWith("/")) errors.push(`${name}: ${(error as Error).message}`);
     }
   }
   throw new Error(errors.join("; "));

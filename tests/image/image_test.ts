@@ -162,7 +162,11 @@ async function runLikeTheManifest(
     throw new Error(`${(error as Error).message}; the container's log:\n${await logs()}`);
   }
 
-  // Per-service counters come from the kernel without FFI (`nft -j`, not netlink).
+  // The image may call libc (FFI for that one file): the kernel is asked over netlink, and the
+  // first full sync did not fall back to nft -f.
+  const early = await logs();
+  assert.match(early, /asking the kernel over netlink/);
+  assert.doesNotMatch(early, /not over netlink/);
   const metrics = await api.fetch("http://127.0.0.1:10249/metrics");
   assert.ok("body" in metrics && metrics.status === 200, JSON.stringify(metrics));
   assert.match(metrics.body, /^kubenftproxy_service_connections_total\{[^}]*service="web"/m);
