@@ -216,8 +216,9 @@ export async function waitForTable(ns: string, options: WaitForTableOptions): Pr
 
 /**
  * The Deno permissions the container image runs the proxy with (`scripts/image_build.sh
- * permissions`), plus reading `readable` (a cluster file's directory) and the cluster file
- * parser's module, which the image keeps in a directory it may read.
+ * permissions`), plus reading `readable` (a cluster file's directory) and `src/`: the image's
+ * cluster file parser is one bundled module in a directory it may read, the source's worker
+ * loads its imports from all over `src/` (without that the parse falls back to the main thread).
  */
 export async function imagePermissions(readable: readonly string[] = []): Promise<string[]> {
   const script = new URL("../scripts/image_build.sh", import.meta.url).pathname;
@@ -225,7 +226,7 @@ export async function imagePermissions(readable: readonly string[] = []): Promis
     .output();
   if (!out.success) throw new Error(`sh ${script} permissions failed`);
   const flags = new TextDecoder().decode(out.stdout).trim().split(/\s+/);
-  const worker = new URL("../src/source/", import.meta.url).pathname;
+  const worker = new URL("../src/", import.meta.url).pathname;
   return [...flags, `--allow-read=${[worker, ...readable].join(",")}`];
 }
 
