@@ -121,35 +121,51 @@ export async function readText(
 }
 
 /**
- * The body's newline-delimited lines, as they arrive, each at most `maxLineBytes` long (else
- * {@link ResponseTooLargeError}: memory stays bounded whatever the server sends). Between lines
- * the event loop gets a turn every few tens of milliseconds, however fast they come.
+ * The body's newline-delimited lines, as they arrive, in batches (the lines each read of the body
+ * completed), each line at most `maxLineBytes` long (else {@link ResponseTooLargeError}: memory
+ * stays bounded whatever the server sends). Blank lines are kept. Between batches the event loop
+ * gets a turn every few tens of milliseconds, however fast they come. A batch, not a line at a
+ * time: a watch-list of 100,000 objects would otherwise pay an async-generator step, a decoder
+ * call and a pause check per object (~0.1–0.2 s at 50,000 services).
  */
-export async function* readLines(
+export async function* readLineBatches(
   body: ReadableStream<Uint8Array>,
   options: { maxLineBytes: number },
-): AsyncGenerator<string> {
+): AsyncGenerator<string[]> {
   const { maxLineBytes } = options;
   const decoder = new TextDecoder();
   const slices = new Slices();
   /** The start of a line that has not ended yet. */
   let pending: Uint8Array[] = [];
   let pendingBytes = 0;
-  const take = (last: Uint8Array): string => {
-    if (pendingBytes + last.length > maxLineBytes) throw tooLarge("a line", maxLineBytes);
-    if (pending.length === 0) return decoder.decode(last);
-    const line = concatBytes([...pending, last], pendingBytes + last.length);
+  /** The lines of `chunk` up to `end` (a newline's index) after what is pending, decoded. */
+  const decode = (chunk: Uint8Array, end: number): string[] => {
+    // A newline byte never occurs inside a multi-byte UTF-8 character: complete lines decode
+    // alone, all at once.
+    const complete = chunk.subarray(0, end);
+    const bytes = pending.length === 0
+      ? complete
+      : concatBytes([...pending, complete], pendingBytes + complete.length);
     pending = [];
     pendingBytes = 0;
-    return decoder.decode(line);
+    return decoder.decode(bytes).split("\n");
   };
   for await (const chunk of body) {
     let start = 0;
-    // A newline byte never occurs inside a multi-byte UTF-8 character: lines decode alone.
+    let last = -1;
+    // Every line's length in bytes, before anything is decoded; the lines before one too long
+    // are still handed on, as they would be one at a time.
     for (let newline = chunk.indexOf(10); newline >= 0; newline = chunk.indexOf(10, start)) {
-      const line = take(chunk.subarray(start, newline));
+      const length = newline - start + (last < 0 ? pendingBytes : 0);
+      if (length > maxLineBytes) {
+        if (last >= 0) yield decode(chunk, last);
+        throw tooLarge("a line", maxLineBytes);
+      }
+      last = newline;
       start = newline + 1;
-      yield line;
+    }
+    if (last >= 0) {
+      yield decode(chunk, last);
       await slices.pause();
     }
     if (start < chunk.length) {
@@ -159,8 +175,8 @@ export async function* readLines(
     }
   }
   if (pendingBytes > 0) {
-    const line = take(new Uint8Array());
-    if (line.trim() !== "") yield line;
+    const line = decoder.decode(concatBytes(pending, pendingBytes));
+    if (line.trim() !== "") yield [line];
   }
 }
 

@@ -37,7 +37,7 @@ import {
   IdleTimeoutError,
   isRecord,
   problemReason,
-  readLines,
+  readLineBatches,
   readText,
   reportApiProblem,
   ResponseTooLargeError,
@@ -327,37 +327,39 @@ export class Reflector {
       return await this.#request(query, async (response) => {
         if (!response.ok) return fallBack((await statusError(response)).message);
         const maxLineBytes = this.#maxEventBytes;
-        for await (const line of readLines(response.body!, { maxLineBytes })) {
-          if (line.trim() === "") continue;
-          this.#kick();
-          if (complete) {
-            this.#handleWatchEvent(line);
-            continue;
+        for await (const lines of readLineBatches(response.body!, { maxLineBytes })) {
+          for (const line of lines) {
+            if (line.trim() === "") continue;
+            this.#kick();
+            if (complete) {
+              this.#handleWatchEvent(line);
+              continue;
+            }
+            const event = parseWatchEvent(line);
+            if (event.type === "ERROR") throw watchError(event.object);
+            const rv = resourceVersionOf(event.object);
+            if (event.type === "BOOKMARK") {
+              if (!initialEventsEnd(event.object) || rv === undefined) continue;
+              complete = true;
+              if (streamed) this.#took(rv);
+              else await this.#replace(initial, rv);
+              this.#lastSyncRVUnavailable = false;
+              this.#absent = false;
+              this.#backoff.reset();
+              this.#o.onListed();
+              continue;
+            }
+            if (event.type !== "ADDED") {
+              return fallBack(`a ${event.type} event before the list ended`);
+            }
+            const typed = this.#typed(event.object, "listed");
+            if (typed === undefined) continue;
+            const key = objectKey(this.#o.kind, typed);
+            if (key === undefined) {
+              this.#o.log(`skipping a listed ${this.#o.kind} without a name or namespace`);
+            } else if (streamed) this.#arrived(key, typed);
+            else initial.set(key, typed);
           }
-          const event = parseWatchEvent(line);
-          if (event.type === "ERROR") throw watchError(event.object);
-          const rv = resourceVersionOf(event.object);
-          if (event.type === "BOOKMARK") {
-            if (!initialEventsEnd(event.object) || rv === undefined) continue;
-            complete = true;
-            if (streamed) this.#took(rv);
-            else await this.#replace(initial, rv);
-            this.#lastSyncRVUnavailable = false;
-            this.#absent = false;
-            this.#backoff.reset();
-            this.#o.onListed();
-            continue;
-          }
-          if (event.type !== "ADDED") {
-            return fallBack(`a ${event.type} event before the list ended`);
-          }
-          const typed = this.#typed(event.object, "listed");
-          if (typed === undefined) continue;
-          const key = objectKey(this.#o.kind, typed);
-          if (key === undefined) {
-            this.#o.log(`skipping a listed ${this.#o.kind} without a name or namespace`);
-          } else if (streamed) this.#arrived(key, typed);
-          else initial.set(key, typed);
         }
         return complete || fallBack("the stream ended before its initial-events-end bookmark");
       });
@@ -423,11 +425,13 @@ export class Reflector {
       if (!response.ok) throw await statusError(response);
       let count = 0;
       const maxLineBytes = this.#maxEventBytes;
-      for await (const line of readLines(response.body!, { maxLineBytes })) {
-        if (line.trim() === "") continue;
-        this.#kick();
-        this.#handleWatchEvent(line);
-        if (count++ === 0) this.#backoff.reset();
+      for await (const lines of readLineBatches(response.body!, { maxLineBytes })) {
+        for (const line of lines) {
+          if (line.trim() === "") continue;
+          this.#kick();
+          this.#handleWatchEvent(line);
+          if (count++ === 0) this.#backoff.reset();
+        }
       }
       return count;
     });
