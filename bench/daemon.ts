@@ -60,7 +60,7 @@ import {
   type MeteredDaemon,
   sleep,
   startDaemon,
-  waitForTable,
+  startTableWatch,
 } from "./daemon_process.ts";
 import { PodCgroup, processCpuSeconds, processMemory, removeStaleCgroups } from "./pod_meter.ts";
 import { type Environment, environment } from "./scale.ts";
@@ -367,16 +367,16 @@ async function apiDaemon(
     ], { ns });
     pod = await PodCgroup.create(ns);
     await server.resetTraffic();
-    daemon = await startDaemon(
+    let committed: number;
+    ({ daemon, committed } = await startAndCommit(
       ns,
       [
         `--master=http://${API_LINK_IP}:${BENCH_API_PORT}`,
         ...daemonFlags(fixture.cluster, options),
       ],
       pod,
-      await permissionFlags(options),
-    );
-    const committed = await firstTransaction(ns, daemon, options);
+      options,
+    ));
     const coldMs = committed - daemon.startedAt;
     const firstSync = await daemon.waitForSync(0, COLD_TIMEOUT_MS).catch(() => undefined);
     await sleep(committed + options.settleS * 1000 - performance.now());
@@ -505,16 +505,17 @@ async function fileDaemon(
   let daemon: MeteredDaemon | undefined;
   try {
     pod = await PodCgroup.create(ns);
-    daemon = await startDaemon(
+    let committed: number;
+    ({ daemon, committed } = await startAndCommit(
       ns,
       [
         `--from-file=${fixture.yamlFile}`,
         ...daemonFlags(fixture.cluster, options),
       ],
       pod,
-      await permissionFlags(options, fixture.yamlFile),
-    );
-    const committed = await firstTransaction(ns, daemon, options);
+      options,
+      fixture.yamlFile,
+    ));
     await daemon.waitForSync(0, COLD_TIMEOUT_MS).catch(() => undefined);
     await sleep(committed + FILE_SETTLE_S * 1000 - performance.now());
     result.file = {
@@ -567,17 +568,35 @@ function permissionFlags(options: DaemonBenchOptions, file?: string): Promise<st
 }
 
 /**
- * When the daemon's first transaction was committed (a `performance.now()`): in nftables mode
- * its table appearing in `nft list tables`; in iptables mode, which has no such table, its first
- * `synced` log line (read as it is printed, after the restore returned).
+ * Starts the daemon with `args` in `ns` and `pod`, and resolves with it and when its first
+ * transaction was committed (a `performance.now()`): in nftables mode its table appearing in
+ * the kernel (a watcher asking over netlink, started first); in iptables mode, which has no such
+ * table, its first `synced` log line (read as it is printed, after the restore returned).
  */
-async function firstTransaction(
+async function startAndCommit(
   ns: string,
-  daemon: MeteredDaemon,
+  args: readonly string[],
+  pod: PodCgroup,
   options: DaemonBenchOptions,
-): Promise<number> {
-  if (options.mode !== "nft") return (await daemon.waitForSync(0, COLD_TIMEOUT_MS)).at;
-  return await waitForTable(ns, { timeoutMs: COLD_TIMEOUT_MS, abandon: () => daemon.exited() });
+  file?: string,
+): Promise<{ daemon: MeteredDaemon; committed: number }> {
+  const watch = options.mode === "nft" ? await startTableWatch(ns, COLD_TIMEOUT_MS) : undefined;
+  try {
+    const daemon = await startDaemon(ns, args, pod, await permissionFlags(options, file));
+    try {
+      const committed = watch === undefined
+        ? (await daemon.waitForSync(0, COLD_TIMEOUT_MS)).at
+        : await watch.found(() => daemon.exited());
+      return { daemon, committed };
+    } catch (error) {
+      await daemon.stop();
+      throw new Error(
+        `${(error as Error).message}\n--- the daemon's log (tail):\n${daemon.tail()}`,
+      );
+    }
+  } finally {
+    await watch?.stop();
+  }
 }
 
 /** The cluster as a node's operator would keep it: one multi-document YAML file. */

@@ -7,7 +7,7 @@
  * @module
  */
 import { fileURLToPath } from "node:url";
-import { commandLine, run } from "../tests/netns/netns.ts";
+import { commandLine } from "../tests/netns/netns.ts";
 import { parsePhaseLine, parseSyncLine, type SyncLine } from "./daemon_log.ts";
 import type { PodCgroup } from "./pod_meter.ts";
 import { DENO_ENV } from "./probe_runner.ts";
@@ -181,37 +181,92 @@ async function expectExe(pid: number, exe: string, ended: () => boolean): Promis
   throw new Error(`PID ${pid} runs ${seen}, not ${exe}: cannot meter the daemon by its PID`);
 }
 
-/** Options of {@link waitForTable}. */
-export interface WaitForTableOptions {
-  /** Table to wait for. Default `ip kube-nftproxy`. */
-  table?: string;
-  /** Pause between two listings, ms. Default 15. */
-  intervalMs?: number;
-  /** Give up after this long, ms. */
-  timeoutMs: number;
-  /** Stop early (with an error) when this returns true, e.g. the daemon exited. */
-  abandon?: () => boolean;
+/** A running {@link startTableWatch}. */
+export interface TableWatch {
+  /**
+   * The `performance.now()` when the table was first seen (within ~3 ms of its commit); rejects
+   * after the watch's time limit, or when `abandon` returns true while waiting.
+   */
+  found(abandon?: () => boolean): Promise<number>;
+  /** Ends the watcher (when the table will not be waited for). */
+  stop(): Promise<void>;
 }
 
+const TABLE_WATCH = new URL("./table_watch.ts", import.meta.url).pathname;
+
 /**
- * Polls `nft list tables` (cheap: no elements) in `ns` until `table` exists and returns the
- * `performance.now()` of the listing that first showed it. A proxy's first transaction creates
- * its table atomically with everything else, so this is when that transaction was committed
- * (to within one listing).
+ * Starts `table_watch.ts` inside `ns`, waiting for table `table` (`family name`, default `ip
+ * kube-nftproxy`) for at most `timeoutMs`, and resolves once it is polling: start it before the
+ * daemon, so its own start-up is not in the daemon's figures. One process asking the kernel over
+ * netlink, not a listing per poll (see table_watch.ts for why).
  */
-export async function waitForTable(ns: string, options: WaitForTableOptions): Promise<number> {
-  const table = `table ${options.table ?? "ip kube-nftproxy"}`;
-  const interval = options.intervalMs ?? 15;
-  const deadline = performance.now() + options.timeoutMs;
-  const maxPolls = Math.ceil(options.timeoutMs / interval) + 1;
-  for (let poll = 0; poll < maxPolls && performance.now() < deadline; poll++) {
-    const r = await run(["nft", "list", "tables"], { ns, timeoutMs: 10_000 });
-    const at = performance.now();
-    if (r.code === 0 && r.stdout.split("\n").some((line) => line.trim() === table)) return at;
-    if (options.abandon?.()) throw new Error(`gave up waiting for ${table} in ${ns}`);
-    await sleep(interval);
+export async function startTableWatch(
+  ns: string,
+  timeoutMs: number,
+  table = "ip kube-nftproxy",
+): Promise<TableWatch> {
+  const deno = Deno.realPathSync(Deno.execPath());
+  const [program, ...args] = commandLine([
+    deno,
+    "run",
+    "--cached-only",
+    "--allow-ffi",
+    TABLE_WATCH,
+    ...table.split(" "),
+    String(timeoutMs),
+  ], ns);
+  const child = new Deno.Command(program, {
+    args,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    env: { ...DENO_ENV },
+  }).spawn();
+  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = "";
+  const next = async (): Promise<Record<string, unknown> | undefined> => {
+    while (!buffered.includes("\n")) {
+      const { done, value } = await lines.read();
+      if (done) return undefined;
+      buffered += value;
+    }
+    const newline = buffered.indexOf("\n");
+    const line = buffered.slice(0, newline);
+    buffered = buffered.slice(newline + 1);
+    return JSON.parse(line);
+  };
+  const stderr = new Response(child.stderr).text();
+  const ready = await next();
+  if (ready?.ready !== true) {
+    throw new Error(`the table watcher in ${ns} did not start: ${await stderr}`);
   }
-  throw new Error(`no ${table} in ${ns} after ${options.timeoutMs} ms`);
+  const answer = next();
+  return {
+    async found(abandon) {
+      for (;;) {
+        const settled = await Promise.race([answer, sleep(100).then(() => "waiting" as const)]);
+        if (settled === "waiting") {
+          if (abandon?.()) throw new Error(`gave up waiting for table ${table} in ${ns}`);
+          continue;
+        }
+        if (typeof settled?.found !== "number") {
+          throw new Error(`no table ${table} in ${ns} after ${timeoutMs} ms`);
+        }
+        // The watcher's wall-clock stamp, on this process's monotonic clock.
+        return performance.now() - (Date.now() - settled.found);
+      }
+    },
+    async stop() {
+      try {
+        child.kill("SIGKILL");
+      } catch {
+        // Already ended.
+      }
+      await child.status;
+      await lines.cancel().catch(() => {});
+      await stderr.catch(() => {});
+    },
+  };
 }
 
 /**

@@ -55,9 +55,11 @@ const NLMSG_DONE = 3;
 const NLA_TYPE_MASK = 0x3fff;
 
 const NFNL_SUBSYS_NFTABLES = 10;
+const NFT_MSG_GETTABLE = 1;
 const NFT_MSG_GETCHAIN = 4;
 const NFT_MSG_GETRULE = 7;
 const NFT_MSG_GETSETELEM = 13;
+const NFTA_TABLE_NAME = 1;
 const NFTA_CHAIN_TABLE = 1;
 const NFTA_CHAIN_NAME = 3;
 const NFTA_RULE_TABLE = 1;
@@ -151,6 +153,17 @@ export async function dumpRules(
     if (expressions >= 0) rules.push(readRule(view, expressions));
   });
   return found ? rules : [];
+}
+
+/**
+ * Whether table `family table` exists (one get request, answered from that table alone: no
+ * chain, set or element is read). Throws {@link NetlinkError} when netlink cannot be used here.
+ */
+export async function tableExists(family: string, table: string): Promise<boolean> {
+  const found = await requestObjects(NFT_MSG_GETTABLE, family, [
+    stringAttr(NFTA_TABLE_NAME, table),
+  ], false);
+  return found.length > 0;
 }
 
 /**
