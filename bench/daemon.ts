@@ -62,7 +62,14 @@ import {
   startDaemon,
   startTableWatch,
 } from "./daemon_process.ts";
-import { PodCgroup, processCpuSeconds, processMemory, removeStaleCgroups } from "./pod_meter.ts";
+import {
+  PodCgroup,
+  processCpuSeconds,
+  processMemory,
+  type QuietWait,
+  removeStaleCgroups,
+  waitForQuietMachine,
+} from "./pod_meter.ts";
 import { type Environment, environment } from "./scale.ts";
 import { round, summarize } from "./stats.ts";
 import { renderUpstreamLayout } from "./upstream_layout.ts";
@@ -166,6 +173,8 @@ interface RunResult {
     peakRssMiB: number;
     podPeakMiB: number;
     traffic: Traffic;
+    /** The wait for a quiet machine before the daemon was started. */
+    quiet: QuietWait;
   };
   idle?: {
     cores: number;
@@ -185,6 +194,7 @@ interface RunResult {
     phases?: Record<string, number>;
     peakRssMiB: number;
     podPeakMiB: number;
+    quiet: QuietWait;
   };
   upstream?: { ms: number; bytes: number };
   loadavg: number;
@@ -368,7 +378,8 @@ async function apiDaemon(
     pod = await PodCgroup.create(ns);
     await server.resetTraffic();
     let committed: number;
-    ({ daemon, committed } = await startAndCommit(
+    let quiet: QuietWait;
+    ({ daemon, committed, quiet } = await startAndCommit(
       ns,
       [
         `--master=http://${API_LINK_IP}:${BENCH_API_PORT}`,
@@ -388,6 +399,7 @@ async function apiDaemon(
       peakRssMiB: memory.peakRssMiB,
       podPeakMiB: (await pod.memory()).peakMiB,
       traffic: await server.traffic(),
+      quiet,
     };
 
     let idleCores = 0;
@@ -506,7 +518,8 @@ async function fileDaemon(
   try {
     pod = await PodCgroup.create(ns);
     let committed: number;
-    ({ daemon, committed } = await startAndCommit(
+    let quiet: QuietWait;
+    ({ daemon, committed, quiet } = await startAndCommit(
       ns,
       [
         `--from-file=${fixture.yamlFile}`,
@@ -523,6 +536,7 @@ async function fileDaemon(
       phases: daemon.phases(),
       peakRssMiB: (await processMemory(daemon.pid)).peakRssMiB,
       podPeakMiB: (await pod.memory()).peakMiB,
+      quiet,
     };
   } catch (err) {
     if (daemon !== undefined) {
@@ -568,8 +582,8 @@ function permissionFlags(options: DaemonBenchOptions, file?: string): Promise<st
 }
 
 /**
- * Starts the daemon with `args` in `ns` and `pod`, and resolves with it and when its first
- * transaction was committed (a `performance.now()`): in nftables mode its table appearing in
+ * Once the machine is quiet ({@link waitForQuietMachine}), starts the daemon with `args` in
+ * `ns` and `pod`, and resolves with it, the wait, and when its first transaction was committed (a `performance.now()`): in nftables mode its table appearing in
  * the kernel (a watcher asking over netlink, started first); in iptables mode, which has no such
  * table, its first `synced` log line (read as it is printed, after the restore returned).
  */
@@ -579,7 +593,10 @@ async function startAndCommit(
   pod: PodCgroup,
   options: DaemonBenchOptions,
   file?: string,
-): Promise<{ daemon: MeteredDaemon; committed: number }> {
+): Promise<{ daemon: MeteredDaemon; committed: number; quiet: QuietWait }> {
+  // The previous section's namespaces (upstream's 10k chains, a daemon's tables) are torn down
+  // by the kernel after their processes end: let that finish before timing a cold start.
+  const quiet = await waitForQuietMachine();
   const watch = options.mode === "nft" ? await startTableWatch(ns, COLD_TIMEOUT_MS) : undefined;
   try {
     const daemon = await startDaemon(ns, args, pod, await permissionFlags(options, file));
@@ -587,7 +604,7 @@ async function startAndCommit(
       const committed = watch === undefined
         ? (await daemon.waitForSync(0, COLD_TIMEOUT_MS)).at
         : await watch.found(() => daemon.exited());
-      return { daemon, committed };
+      return { daemon, committed, quiet };
     } catch (error) {
       await daemon.stop();
       throw new Error(
@@ -683,6 +700,8 @@ function summarizeRuns(
       cold_start_api_ms: opt(r.api?.coldMs),
       first_sync_logged_ms: opt(r.api?.firstSyncLoggedMs),
       phases_api: r.api?.phases ?? null,
+      quiet_wait_api_ms: opt(r.api?.quiet.waitedMs, 0),
+      busy_before_api: opt(r.api?.quiet.busy, 3),
       peak_rss_mib: opt(r.api?.peakRssMiB, 1),
       pod_peak_mib: opt(r.api?.podPeakMiB, 1),
       api_list_requests: r.api?.traffic.list.requests ?? null,
@@ -700,6 +719,8 @@ function summarizeRuns(
       pod_peak_end_mib: opt(r.end?.podPeakMiB, 1),
       cold_start_file_ms: opt(r.file?.coldMs),
       phases_file: r.file?.phases ?? null,
+      quiet_wait_file_ms: opt(r.file?.quiet.waitedMs, 0),
+      busy_before_file: opt(r.file?.quiet.busy, 3),
       peak_rss_file_mib: opt(r.file?.peakRssMiB, 1),
       pod_peak_file_mib: opt(r.file?.podPeakMiB, 1),
       upstream_ms: opt(r.upstream?.ms),

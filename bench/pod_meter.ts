@@ -244,3 +244,43 @@ async function isDirectory(path: string): Promise<boolean> {
     return false;
   }
 }
+
+/** The machine's CPU time so far (`/proc/stat`'s first line): busy and total, in ticks. */
+export function parseMachineCpu(text: string): { busy: number; total: number } {
+  const fields = text.slice(0, text.indexOf("\n")).trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal (guest time is already in user and nice).
+  const total = fields.slice(0, 8).reduce((sum, n) => sum + n, 0);
+  const idle = fields[3] + fields[4];
+  return { busy: total - idle, total };
+}
+
+/** What {@link waitForQuietMachine} found. */
+export interface QuietWait {
+  /** How long it waited, ms. */
+  waitedMs: number;
+  /** The busy share of all CPUs in the last window (0–1). */
+  busy: number;
+}
+
+/**
+ * Waits until the machine's CPUs are at most `threshold` busy over a `windowMs` window (all
+ * CPUs together), or `maxMs` has passed. For a benchmark's cold start: the kernel still tearing
+ * down a namespace with a large ruleset (work queues, after the namespace's last process
+ * ended) would otherwise take CPU from the daemon being measured.
+ */
+export async function waitForQuietMachine(
+  options: { threshold?: number; windowMs?: number; maxMs?: number } = {},
+): Promise<QuietWait> {
+  const { threshold = 0.1, windowMs = 500, maxMs = 30_000 } = options;
+  const started = performance.now();
+  let before = parseMachineCpu(await Deno.readTextFile("/proc/stat"));
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, windowMs));
+    const after = parseMachineCpu(await Deno.readTextFile("/proc/stat"));
+    const total = after.total - before.total;
+    const busy = total > 0 ? (after.busy - before.busy) / total : 0;
+    const waitedMs = performance.now() - started;
+    if (busy <= threshold || waitedMs >= maxMs) return { waitedMs, busy };
+    before = after;
+  }
+}

@@ -1,5 +1,10 @@
 import assert from "node:assert/strict";
-import { parseMemoryStat, parseProcStatCpu, parseProcStatus } from "./pod_meter.ts";
+import {
+  parseMachineCpu,
+  parseMemoryStat,
+  parseProcStatCpu,
+  parseProcStatus,
+} from "./pod_meter.ts";
 
 Deno.test("parseProcStatus() reads VmHWM and VmRSS in MiB", () => {
   const text = "Name:\tdeno\nVmPeak:\t 9999999 kB\nVmHWM:\t  307200 kB\nVmRSS:\t  204800 kB\n";
@@ -19,4 +24,9 @@ Deno.test("parseMemoryStat() takes the hierarchical totals", () => {
     rss: 8192,
     cache: 4096,
   });
+});
+
+Deno.test("parseMachineCpu() counts idle and iowait as not busy, the rest of the first line as busy", () => {
+  const stat = "cpu  100 5 50 800 20 3 2 1 0 0\ncpu0 50 2 25 400 10 1 1 0 0 0\n";
+  assert.deepEqual(parseMachineCpu(stat), { busy: 161, total: 981 });
 });
