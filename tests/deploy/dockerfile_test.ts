@@ -37,10 +37,11 @@ function runs(instructions: readonly Instruction[]): string[] {
 const BUILD_SCRIPT = await Deno.readTextFile(`${ROOT}scripts/image_build.sh`);
 
 /** The permission flags scripts/image_build.sh gives the proxy, as it prints them. */
-async function imagePermissions(): Promise<string[]> {
+async function imagePermissions(env: Record<string, string> = {}): Promise<string[]> {
   const out = await new Deno.Command("sh", {
     args: ["scripts/image_build.sh", "permissions"],
     cwd: ROOT,
+    env,
     stdout: "piped",
   }).output();
   assert.ok(out.success);
@@ -64,10 +65,14 @@ Deno.test("Dockerfile's build stage installs the locked npm packages before copy
   assert.equal(arg("BUILD"), "BUILD=compile");
   assert.equal(arg("DENORT_BIN"), 'DENORT_BIN=""');
   assert.equal(arg("DENO_CERT"), "DENO_CERT", "no default: an empty DENO_CERT breaks Deno's TLS");
+  assert.equal(arg("FFI"), "FFI=on");
   const keywords = build.instructions.map((i) => `${i.keyword} ${i.args}`);
   const install = keywords.indexOf("RUN deno install --frozen");
   assert.ok(install >= 0 && install < keywords.indexOf("COPY . ."), keywords.join("\n"));
-  assert.deepEqual(runs(build.instructions).at(-1), 'sh scripts/image_build.sh "${BUILD}" /out');
+  assert.deepEqual(
+    runs(build.instructions).at(-1),
+    'FFI="${FFI}" sh scripts/image_build.sh "${BUILD}" /out',
+  );
 });
 
 Deno.test("scripts/image_build.sh compiles main.ts with the image's permissions, the lockfile and the worker module, ignores an empty DENORT_BIN, and runs what it built", () => {
@@ -84,11 +89,20 @@ Deno.test("scripts/image_build.sh compiles main.ts with the image's permissions,
     /exec \$app\/deno run --no-config --no-lock --no-prompt \$PERMISSIONS /,
   );
   const code = BUILD_SCRIPT.split("\n").filter((line) => !line.trimStart().startsWith("#"));
-  assert.doesNotMatch(code.join("\n"), /--allow-all|\s-A\s|--allow-ffi/);
+  assert.doesNotMatch(code.join("\n"), /--allow-all|\s-A\s/);
+  // FFI is granted in one place, for libc's one file.
+  assert.deepEqual(code.filter((line) => line.includes("--allow-ffi")), [
+    '  PERMISSIONS="$PERMISSIONS --allow-ffi=$libc"',
+  ]);
 });
 
-Deno.test("the image's permissions: only the kernel tools, the network, the config and service-account paths and /tmp; no FFI, no --allow-all", async () => {
-  const flags = await imagePermissions();
+Deno.test("the image's permissions: only the kernel tools, the network, the config and service-account paths, /tmp and FFI for libc's one file (none with FFI=off); no --allow-all", async () => {
+  const arch = await new Deno.Command("uname", { args: ["-m"], stdout: "piped" }).output();
+  const libc = `/lib/${new TextDecoder().decode(arch.stdout).trim()}-linux-gnu/libc.so.6`;
+  const withFfi = await imagePermissions();
+  assert.equal(withFfi.at(-1), `--allow-ffi=${libc}`);
+  const flags = await imagePermissions({ FFI: "off" });
+  assert.deepEqual(withFfi.slice(0, -1), flags);
   const value = (flag: string) =>
     flags.find((f) => f.startsWith(`${flag}=`))?.slice(flag.length + 1);
   const programs = value("--allow-run")!.split(",");
@@ -114,7 +128,12 @@ Deno.test("the image's permissions: only the kernel tools, the network, the conf
 Deno.test("README states the image's permissions exactly as scripts/image_build.sh gives them", async () => {
   const readme = await Deno.readTextFile(`${ROOT}README.md`);
   for (const flag of await imagePermissions()) {
-    assert.ok(readme.includes(flag), `README lacks ${flag}`);
+    // README shows libc's path on x86_64.
+    const shown = flag.replace(
+      /^--allow-ffi=\/lib\/[^/]+-linux-gnu\//,
+      "--allow-ffi=/lib/x86_64-linux-gnu/",
+    );
+    assert.ok(readme.includes(shown), `README lacks ${shown}`);
   }
 });
 
