@@ -13,7 +13,7 @@
  * @module
  */
 import type { IPFamily } from "../model/service_port.ts";
-import { errnoName, HOST_LITTLE_ENDIAN, lastErrno, libcOpener } from "./libc.ts";
+import { canOpen, errnoName, HOST_LITTLE_ENDIAN, lastErrno, libcOpener } from "./libc.ts";
 
 /** What the kernel says of one legacy table (the fields of `struct ipt_getinfo` but its name). */
 export interface TableInfo {
@@ -113,12 +113,7 @@ const openLibc = libcOpener(
  * without `--allow-ffi` the rules watch falls back to its full check.
  */
 export function tableInfoAvailable(): boolean {
-  try {
-    openLibc();
-    return true;
-  } catch {
-    return false;
-  }
+  return canOpen(openLibc);
 }
 
 /**

@@ -45,17 +45,6 @@ export function libcCandidates(arch: string = Deno.build.arch): string[] {
 }
 
 /**
- * Whether this process may call libc through FFI: FFI permission for any path, or for one of
- * {@link libcCandidates} (as the image grants it). Asks the permission state only; libc may still
- * fail to load.
- */
-export function libcPermitted(): boolean {
-  return libcCandidates().some((path) =>
-    Deno.permissions.querySync({ name: "ffi", path }).state === "granted"
-  );
-}
-
-/**
  * libc with `symbols` (the first of {@link libcCandidates} that opens), or, where FFI is not
  * permitted or no libc loads, an Error saying what the first path and the bare names answered
  * (the caller turns it into its own "not available" error).
@@ -91,6 +80,19 @@ export function libcOpener<S extends Deno.ForeignLibraryInterface>(
       throw fail((error as Error).message);
     }
   };
+}
+
+/**
+ * Whether `open` (a {@link libcOpener}'s function) opens libc from this process: FFI permitted
+ * (for any path, or for one of {@link libcCandidates}) and libc loadable.
+ */
+export function canOpen(open: () => unknown): boolean {
+  try {
+    open();
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Whether this machine stores integers little-endian (the kernel's "host order"). */

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { errnoName, lastErrno, libcOpener } from "./libc.ts";
+import { canOpen, errnoName, lastErrno, libcOpener } from "./libc.ts";
 
 /** One element as the kernel dumps it. */
 export interface KernelElement {
@@ -101,6 +101,14 @@ const openLibc = libcOpener(
   LIBC,
   (reason) => new NetlinkError(`cannot load libc for netlink: ${reason}`, 0),
 );
+
+/**
+ * Whether netlink can be used from this process (FFI permitted for libc, libc loadable); where
+ * not, every function here throws {@link NetlinkError} with errno 0.
+ */
+export function netlinkAvailable(): boolean {
+  return canOpen(openLibc);
+}
 
 /**
  * The elements of set or map `set` in table `family table`, as the kernel holds them; none

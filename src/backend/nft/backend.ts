@@ -19,9 +19,8 @@ import {
   nftFamilySupport,
   type NftRunnerOptions,
 } from "../../apply/nft.ts";
-import { libcPermitted } from "../../apply/libc.ts";
 import { applyOverNetlink, stageTableName } from "../../apply/nft_batch.ts";
-import { NetlinkError } from "../../apply/nft_netlink.ts";
+import { netlinkAvailable, NetlinkError } from "../../apply/nft_netlink.ts";
 import { nftRulesChecker } from "../../apply/nft_watch.ts";
 import {
   netlinkServiceCounterReader,
@@ -105,13 +104,14 @@ function nftProxier(
   // A full sync goes over netlink where it can (nft_batch.ts): from the daemon's own namespace,
   // with FFI allowed; without FFI, nft -f for good. After a refusal nft -f gets the same
   // script, and says what is wrong with it when something is.
-  let netlinkWrites = nft.netns === undefined && libcPermitted();
+  let netlinkWrites = nft.netns === undefined && netlinkAvailable();
   if (nft.netns === undefined) {
     context.log.info(
       netlinkWrites
         ? "asking the kernel over netlink: full syncs, the rules check, per-service counters"
-        : "FFI is not permitted for libc: full syncs, the rules check and per-service counters " +
-          "run nft (slower, and a large child at a full sync; README, Permissions)",
+        : "libc cannot be called (no FFI permission): full syncs, the rules check and " +
+          "per-service counters run nft (slower, and a large child at a full sync; README, " +
+          "Permissions)",
     );
   }
   const applyFull = async (script: string) => {
