@@ -209,6 +209,8 @@ interface Fixture {
   yamlFile?: string;
   upstreamFile?: string;
   upstreamBytes: number;
+  /** The daemons' Deno permission flags (`-A`, or the image's and reading the cluster file). */
+  permissions: string[];
 }
 
 /** Runs the whole benchmark; returns the per-run lines and the summary lines. */
@@ -235,8 +237,9 @@ export async function runDaemonBench(
     `cluster: ${options.services} services × ${options.endpoints} endpoints; mode ` +
       `${options.mode}, permissions ${options.permissions}; nft ${env.nft}, kernel ${env.kernel}, commit ${env.commit}`,
   );
-  const fixture: Fixture = { cluster, id: shortId(), upstreamBytes: 0 };
+  const fixture: Fixture = { cluster, id: shortId(), upstreamBytes: 0, permissions: ["-A"] };
   const tmp = await Deno.makeTempDir({ prefix: "knp-bench-daemon-" });
+  if (options.permissions === "image") fixture.permissions = await imagePermissions([tmp]);
   const results: RunResult[] = [];
   // Interrupted: remove what this invocation made (every name starts with its prefix) first.
   const interrupted = () => {
@@ -387,6 +390,7 @@ async function apiDaemon(
       ],
       pod,
       options,
+      fixture.permissions,
     ));
     const coldMs = committed - daemon.startedAt;
     const firstSync = await daemon.waitForSync(0, COLD_TIMEOUT_MS).catch(() => undefined);
@@ -527,7 +531,7 @@ async function fileDaemon(
       ],
       pod,
       options,
-      fixture.yamlFile,
+      fixture.permissions,
     ));
     await daemon.waitForSync(0, COLD_TIMEOUT_MS).catch(() => undefined);
     await sleep(committed + FILE_SETTLE_S * 1000 - performance.now());
@@ -575,16 +579,11 @@ async function upstreamLoad(
   }
 }
 
-/** The daemons' Deno permission flags; `file`, a cluster file it must be able to read. */
-function permissionFlags(options: DaemonBenchOptions, file?: string): Promise<string[]> {
-  if (options.permissions === "all") return Promise.resolve(["-A"]);
-  return imagePermissions(file === undefined ? [] : [file.slice(0, file.lastIndexOf("/"))]);
-}
-
 /**
- * Once the machine is quiet ({@link waitForQuietMachine}), starts the daemon with `args` in
- * `ns` and `pod`, and resolves with it, the wait, and when its first transaction was committed (a `performance.now()`): in nftables mode its table appearing in
- * the kernel (a watcher asking over netlink, started first); in iptables mode, which has no such
+ * Once the machine is quiet ({@link waitForQuietMachine}), starts the daemon with `args` and
+ * Deno's `permissions` in `ns` and `pod`, and resolves with it, the wait, and when its first
+ * transaction was committed (a `performance.now()`): in nftables mode its table appearing in the
+ * kernel (a watcher asking over netlink, started first); in iptables mode, which has no such
  * table, its first `synced` log line (read as it is printed, after the restore returned).
  */
 async function startAndCommit(
@@ -592,14 +591,14 @@ async function startAndCommit(
   args: readonly string[],
   pod: PodCgroup,
   options: DaemonBenchOptions,
-  file?: string,
+  permissions: readonly string[],
 ): Promise<{ daemon: MeteredDaemon; committed: number; quiet: QuietWait }> {
   // The previous section's namespaces (upstream's 10k chains, a daemon's tables) are torn down
   // by the kernel after their processes end: let that finish before timing a cold start.
   const quiet = await waitForQuietMachine();
   const watch = options.mode === "nft" ? await startTableWatch(ns, COLD_TIMEOUT_MS) : undefined;
   try {
-    const daemon = await startDaemon(ns, args, pod, await permissionFlags(options, file));
+    const daemon = await startDaemon(ns, args, pod, permissions);
     try {
       const committed = watch === undefined
         ? (await daemon.waitForSync(0, COLD_TIMEOUT_MS)).at
