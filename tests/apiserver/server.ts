@@ -929,7 +929,7 @@ export class TestApiServer implements AsyncDisposable {
           annotations: { [INITIAL_EVENTS_END_ANNOTATION]: "true" },
         },
       });
-      this.#pullInitial(watcher);
+      // The stream pulls each chunk (the first as soon as it is set up): see #pullInitial.
     } else if (from !== undefined && from < this.#compactedRv) {
       this.#write(
         watcher,
