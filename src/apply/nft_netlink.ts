@@ -13,6 +13,7 @@
  * @module
  */
 import { canOpen, errnoName, lastErrno, libcOpener } from "./libc.ts";
+import { Slices } from "../source/slices.ts";
 
 /** One element as the kernel dumps it. */
 export interface KernelElement {
@@ -243,12 +244,15 @@ async function dump(
       throw errnoError(c, "cannot send the netlink request");
     }
     const buffer = new Uint8Array(1 << 17);
+    // Each read blocks for a moment only (~0.2 ms in the kernel, ~1 ms with its parsing); the
+    // daemon's servers get a turn once a slice is used up. (A turn costs ~2 ms of waiting in
+    // Deno's timers: one every eight reads made a 10k-element dump ~9 ms longer.)
+    const slices = new Slices();
     for (let reads = 0; reads < 1_000_000; reads++) {
       const n = Number(c.recv(fd, buffer, BigInt(buffer.length), 0));
       if (n < 0) throw errnoError(c, "cannot read the netlink answer");
       if (readMessages(buffer.subarray(0, n), seq, onMessage)) return;
-      // Each read blocks for a moment only (~1 ms); every few, let the daemon's servers answer.
-      if (reads % 8 === 7) await new Promise((resolve) => setTimeout(resolve, 0));
+      await slices.pause();
     }
     throw new NetlinkError("the netlink answer did not end", 0);
   } finally {
@@ -469,14 +473,30 @@ function element(view: DataView, at: number): KernelElement {
 function counterPackets(view: DataView, at: number): number | undefined {
   const end = at + view.getUint16(at, true);
   const name = find(view, at + 4, end, NFTA_EXPR_NAME);
-  if (name < 0 || text(view, name + 4, name + view.getUint16(name, true)) !== "counter") {
+  if (name < 0 || !isText(view, name + 4, name + view.getUint16(name, true), COUNTER)) {
     return undefined;
   }
   const data = find(view, at + 4, end, NFTA_EXPR_DATA);
   if (data < 0) return 0;
   const packets = find(view, data + 4, data + view.getUint16(data, true), NFTA_COUNTER_PACKETS);
   if (packets < 0 || view.getUint16(packets, true) < 12) return 0;
-  return Number(view.getBigUint64(packets + 4, false));
+  // Big-endian 64 bits, as two halves: no BigInt per element.
+  return view.getUint32(packets + 4, false) * 2 ** 32 + view.getUint32(packets + 8, false);
+}
+
+/** The name of the counter expression. */
+const COUNTER = new TextEncoder().encode("counter");
+
+/** Whether `[start, end)` holds the string `expected` (ASCII), NUL-terminated or not. */
+function isText(view: DataView, start: number, end: number, expected: Uint8Array): boolean {
+  const length = expected.length;
+  if (end - start < length || (end - start > length && view.getUint8(start + length) !== 0)) {
+    return false;
+  }
+  for (let i = 0; i < length; i++) {
+    if (view.getUint8(start + i) !== expected[i]) return false;
+  }
+  return true;
 }
 
 /** The comment in libnftnl's element user data (type, length, value records). */
@@ -513,11 +533,21 @@ function bytes(view: DataView, start: number, end: number): Uint8Array {
   return new Uint8Array(view.buffer, view.byteOffset + start, Math.max(0, end - start));
 }
 
-/** A NUL-terminated ASCII/UTF-8 string in `[start, end)`. */
+/**
+ * A NUL-terminated ASCII/UTF-8 string in `[start, end)`. ASCII (every name and comment the
+ * proxy writes) is read here; only other text goes to a TextDecoder, whose call costs more than
+ * a short name: a scrape reads 10,000 comments at 10k services.
+ */
 function text(view: DataView, start: number, end: number): string {
   let stop = start;
-  while (stop < end && view.getUint8(stop) !== 0) stop++;
-  return DECODER.decode(bytes(view, start, stop));
+  let ascii = true;
+  for (; stop < end; stop++) {
+    const byte = view.getUint8(stop);
+    if (byte === 0) break;
+    if (byte >= 0x80) ascii = false;
+  }
+  if (!ascii) return DECODER.decode(bytes(view, start, stop));
+  return String.fromCharCode.apply(null, bytes(view, start, stop) as unknown as number[]);
 }
 
 const DECODER = new TextDecoder();

@@ -144,8 +144,11 @@ export function nftServiceCounterReader(
  */
 export class ServiceCounters {
   readonly #reader: ElementCountReader;
-  /** Last packets read per element. */
-  #last = new Map<string, number>();
+  /**
+   * The elements read last, per map (`family map`), by key: an element whose key comes back
+   * with another comment is another element (a re-add for another service port).
+   */
+  #last = new Map<string, Map<string, ElementCount>>();
   /** Total per service-port comment. */
   readonly #totals = new Map<string, number>();
   /** The comments of {@link #totals}, sorted, with their parts. */
@@ -168,12 +171,24 @@ export class ServiceCounters {
 
   async #read(): Promise<ServiceConnections[]> {
     const elements = await this.#reader();
-    const seen = new Map<string, number>();
+    const seen = new Map<string, Map<string, ElementCount>>();
+    // Elements come map by map: the map's tables are looked up when it changes.
+    let family: string | undefined;
+    let map: string | undefined;
+    let last: Map<string, ElementCount> | undefined;
+    let now = new Map<string, ElementCount>();
     for (const e of elements) {
-      const id = `${e.family} ${e.map} ${e.key} ${e.comment}`;
-      const before = this.#last.get(id) ?? 0;
-      const delta = e.packets >= before ? e.packets - before : e.packets;
-      seen.set(id, e.packets);
+      if (e.family !== family || e.map !== map) {
+        ({ family, map } = e);
+        const id = `${family} ${map}`;
+        last = this.#last.get(id);
+        now = seen.get(id) ?? new Map();
+        seen.set(id, now);
+      }
+      const before = last?.get(e.key);
+      const from = before === undefined || before.comment !== e.comment ? 0 : before.packets;
+      const delta = e.packets >= from ? e.packets - from : e.packets;
+      now.set(e.key, e);
       const total = this.#totals.get(e.comment);
       if (total === undefined || delta > 0) this.#totals.set(e.comment, (total ?? 0) + delta);
     }
@@ -185,8 +200,10 @@ export class ServiceCounters {
         name: parsePortComment(comment)!,
       }));
     }
-    return this.#sorted.map(({ comment, name }) => ({
-      ...name,
+    return this.#sorted.map(({ comment, name: { namespace, service, port } }) => ({
+      namespace,
+      service,
+      port,
       connections: this.#totals.get(comment)!,
     }));
   }

@@ -162,3 +162,17 @@ Deno.test("ServiceCounters.read() shares one kernel read between concurrent call
   const [a, b] = await Promise.all([counters.read(), counters.read()]);
   assert.deepEqual([reads, a[0].connections, b[0].connections], [1, 4, 4]);
 });
+
+Deno.test("ServiceCounters.read() counts a key taken over by another service port from 0", async () => {
+  // The cluster IP's element is removed with its Service and added again for another one: the
+  // new port's count is its own, however it compares with the old one's.
+  const counters = new ServiceCounters(scripted(
+    [element("default/web:http", 5), element("default/db:sql", 1, { key: "other" })],
+    [element("default/db:sql", 7), element("default/db:sql", 1, { key: "other" })],
+  ));
+  await counters.read();
+  assert.deepEqual(await counters.read(), [
+    { namespace: "default", service: "db", port: "sql", connections: 8 },
+    { namespace: "default", service: "web", port: "http", connections: 5 },
+  ]);
+});

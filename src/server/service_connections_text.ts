@@ -42,6 +42,9 @@ export class ServiceConnectionsText {
   readonly #series = new Map<string, string>();
   /** The last block rendered, kept when the source fails. */
   #last = "";
+  /** The ports of the last block, in order, and their series. */
+  #lastPorts: readonly ServiceConnectionsTotal[] = [];
+  #lastSeries: string[] = [];
 
   /** Reads totals from `source` at each {@link render}; totals must be monotonic. */
   from(source: ServiceConnectionsSource): void {
@@ -61,16 +64,29 @@ export class ServiceConnectionsText {
       return this.#last;
     }
     const lines: string[] = [HEADER];
-    for (const t of totals) {
-      const key = `${t.namespace}/${t.service}:${t.port}`;
-      let series = this.#series.get(key);
+    const before = this.#lastPorts;
+    for (let i = 0; i < totals.length; i++) {
+      const t = totals[i];
+      // The same port at the same place as last time (the usual scrape): its series as then.
+      const same = before[i];
+      let series = same !== undefined && same.namespace === t.namespace &&
+          same.service === t.service && same.port === t.port
+        ? this.#lastSeries[i]
+        : undefined;
       if (series === undefined) {
-        series = `${SERVICE_CONNECTIONS_METRIC}{namespace="${escape(t.namespace)}",` +
-          `service="${escape(t.service)}",port="${escape(t.port)}"} `;
-        this.#series.set(key, series);
+        const key = `${t.namespace}/${t.service}:${t.port}`;
+        series = this.#series.get(key);
+        if (series === undefined) {
+          series = `${SERVICE_CONNECTIONS_METRIC}{namespace="${escape(t.namespace)}",` +
+            `service="${escape(t.service)}",port="${escape(t.port)}"} `;
+          this.#series.set(key, series);
+        }
       }
       lines.push(series, `${t.connections}\n`);
     }
+    this.#lastPorts = totals;
+    this.#lastSeries = [];
+    for (let i = 1; i < lines.length; i += 2) this.#lastSeries.push(lines[i]);
     this.#last = lines.join("");
     return this.#last;
   }

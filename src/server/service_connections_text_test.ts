@@ -23,6 +23,27 @@ Deno.test("ServiceConnectionsText writes one counter line per service port, in t
   assert.match(await text.render(), /port="http"\} 4\n$/);
 });
 
+Deno.test("ServiceConnectionsText names each line's port when ports come and go between scrapes", async () => {
+  const text = new ServiceConnectionsText();
+  const port = (service: string, connections: number) => ({
+    namespace: "default",
+    service,
+    port: "http",
+    connections,
+  });
+  let totals: ServiceConnectionsTotal[] = [port("a", 1), port("c", 3)];
+  text.from(() => Promise.resolve(totals));
+  await text.render();
+  const lines = async () =>
+    (await text.render()).split("\n").filter((line) => line.startsWith("kube")).map((line) =>
+      line.replace(/^.*service="([^"]*)".* (\d+)$/, "$1 $2")
+    );
+  totals = [port("a", 2), port("b", 5), port("c", 4)];
+  assert.deepEqual(await lines(), ["a 2", "b 5", "c 4"]);
+  totals = [port("b", 6), port("c", 4)];
+  assert.deepEqual(await lines(), ["b 6", "c 4"]);
+});
+
 Deno.test("ServiceConnectionsText escapes label values as the text format requires", async () => {
   const text = new ServiceConnectionsText();
   text.from(() =>
