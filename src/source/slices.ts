@@ -9,9 +9,31 @@
 /** How long one slice of work may keep the event loop, ms. */
 export const DEFAULT_SLICE_MS = 50;
 
+/** When the event loop last ran its timers (and, in that turn, I/O), as the heartbeat saw it. */
+let turnAt = performance.now();
+/** Whether a heartbeat is pending. */
+let heartbeat = false;
+
+/**
+ * Notes the event loop's next turn in {@link turnAt}: a zero-delay timer, run whenever the loop
+ * next runs timers — while the work awaits I/O, or while another loop of work yields. Unref'd:
+ * it never keeps the process alive.
+ */
+function armHeartbeat(): void {
+  if (heartbeat) return;
+  heartbeat = true;
+  Deno.unrefTimer(setTimeout(() => {
+    heartbeat = false;
+    turnAt = performance.now();
+  }, 0));
+}
+
 /**
  * A clock for slices of work: {@link pause} resolves at once while the current slice lasts and
- * after one macrotask (timers, I/O and signal handlers run) once it is used up.
+ * after one macrotask (timers, I/O and signal handlers run) once it is used up. A turn the event
+ * loop took anyway (the work awaited I/O, or another loop yielded) starts a new slice: in Deno a
+ * zero-delay timer waits 1-2 ms, ~4 % of a 50 ms slice spent idle, so a loop yields only where
+ * nothing else gave the event loop a turn.
  *
  * @example
  * ```ts
@@ -31,9 +53,13 @@ export class Slices {
     this.#sliceMs = sliceMs;
   }
 
-  /** Gives the event loop a turn if the slice is used up. */
+  /** Gives the event loop a turn if the slice is used up and it had none meanwhile. */
   async pause(): Promise<void> {
-    if (performance.now() - this.#start < this.#sliceMs) return;
+    if (turnAt > this.#start) this.#start = turnAt;
+    if (performance.now() - this.#start < this.#sliceMs) {
+      armHeartbeat();
+      return;
+    }
     await new Promise((resolve) => setTimeout(resolve, 0));
     this.#start = performance.now();
   }
