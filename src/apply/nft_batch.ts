@@ -163,7 +163,7 @@ export async function applyOverNetlink(
       });
     }
     batch.end();
-    sendBatch(batch.bytes(), batch.acks, (seq) => batch.describe(seq));
+    await sendBatch(batch.bytes(), batch.acks, (seq) => batch.describe(seq));
     return true;
   } catch (error) {
     // The stage hooks nothing; removing it is tidiness, and must not hide the error.

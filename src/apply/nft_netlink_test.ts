@@ -104,3 +104,84 @@ Deno.test({
       assert.deepEqual(viaNetlink.sort(), viaNft.sort());
     }),
 });
+
+/**
+ * An nf_tables transaction adding table `ip knp-bg` and `chains` chains to it: heavy enough
+ * that the kernel takes a while. The table and the last chain ask for an ack (an ack for every
+ * chain would overflow the socket's receive buffer).
+ */
+function chainsTransaction(chains: number): { bytes: Uint8Array; acks: number } {
+  const NLM_F_REQUEST = 0x1, NLM_F_ACK = 0x4, NLM_F_CREATE = 0x400;
+  const NFTABLES = 10, AF_INET = 2;
+  const header = (type: number, flags: number, seq: number, family: number, resId: number) => {
+    const out = new Uint8Array(20);
+    const view = new DataView(out.buffer);
+    view.setUint16(4, type, true);
+    view.setUint16(6, flags, true);
+    view.setUint32(8, seq, true);
+    out[16] = family;
+    view.setUint16(18, resId, false);
+    return out;
+  };
+  const withLength = (parts: Uint8Array[]) => {
+    const out = concat(...parts);
+    new DataView(out.buffer).setUint32(0, out.length, true);
+    return out;
+  };
+  const request = (type: number, seq: number, ack: boolean, attrs: Uint8Array[]) =>
+    withLength([
+      header(
+        (NFTABLES << 8) | type,
+        NLM_F_REQUEST | NLM_F_CREATE | (ack ? NLM_F_ACK : 0),
+        seq,
+        AF_INET,
+        0,
+      ),
+      ...attrs,
+    ]);
+  const messages = [
+    withLength([header(0x10, NLM_F_REQUEST, 1, 0, NFTABLES)]), // BATCH_BEGIN
+    request(0, 2, true, [attr(1, text("knp-bg"))]), // NEWTABLE, NFTA_TABLE_NAME
+  ];
+  for (let i = 0; i < chains; i++) {
+    // NEWCHAIN: NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME
+    const names = [attr(1, text("knp-bg")), attr(3, text(`c${i}`))];
+    messages.push(request(3, 3 + i, i === chains - 1, names));
+  }
+  messages.push(withLength([header(0x11, NLM_F_REQUEST, 3 + chains, 0, NFTABLES)])); // BATCH_END
+  return { bytes: concat(...messages), acks: 2 };
+}
+
+Deno.test({
+  name: "sendBatch() lets the event loop run while the kernel applies a transaction",
+  ignore: kernelGate.ignore,
+  fn: () =>
+    withScratch(async (scratch) => {
+      const chains = 20_000;
+      const { bytes, acks } = chainsTransaction(chains);
+      const file = await Deno.makeTempFile({ prefix: "knp-batch-" });
+      try {
+        await Deno.writeFile(file, bytes);
+        const module = JSON.stringify(new URL("./nft_netlink.ts", import.meta.url).href);
+        // The kernel takes tens of milliseconds for 20,000 chains; a zero-delay timer set
+        // before the send runs within ~2 ms when the event loop is free, or only after the
+        // send returns when it is held.
+        const printed = await scratch.evaluate(
+          `import { sendBatch } from ${module};
+           const bytes = await Deno.readFile(${JSON.stringify(file)});
+           let applied = false;
+           let timerDuringSend;
+           setTimeout(() => timerDuringSend = !applied, 0);
+           await sendBatch(bytes, ${acks}, (seq) => "message " + seq);
+           applied = true;
+           await new Promise((resolve) => setTimeout(resolve, 5));
+           console.log(JSON.stringify({ timerDuringSend }));`,
+        );
+        assert.deepEqual(JSON.parse(printed), { timerDuringSend: true });
+        const listed = await runNft(["list", "chains", "ip"], { netns: scratch.ns });
+        assert.equal(listed.stdout.match(/chain c\d+ /g)?.length, chains);
+      } finally {
+        await Deno.remove(file);
+      }
+    }),
+});
