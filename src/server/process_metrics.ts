@@ -3,10 +3,16 @@
  * collector reads them (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
  * `process_virtual_memory_bytes`, `process_start_time_seconds`), and `kubernetes_build_info`.
  *
- * prom-client's defaults are not used: under Deno its `process_cpu_seconds_total` comes from
- * `process.cpuUsage()`, which misses the time of V8's other threads (a third of the kernel's
- * count for the same process, measured here), and its start time is derived from the uptime.
- * /proc counts every thread of the process, as for a Go binary.
+ * prom-client's defaults are not used: they add Node's own metrics (heap, event loop,
+ * `nodejs_version_info`), not Go's, and derive the start time from the uptime. /proc counts
+ * every thread of the process, as for a Go binary.
+ *
+ * Where /proc cannot be read (Deno asks `--allow-all` for any file there, which the container
+ * image does not give), the dashboard's two still come from the kernel: the CPU time from
+ * `getrusage` (`process.cpuUsage()`: every thread of the process in Deno 2.9.6, equal to /proc's
+ * count with a worker and the garbage collector busy, checked), the resident memory from
+ * `Deno.memoryUsage()`, and the start from the runtime's time origin (a few ms after exec).
+ * Only the virtual memory size is then absent.
  *
  * @example
  * ```ts
@@ -17,6 +23,7 @@
  *
  * @module
  */
+import process from "node:process";
 import { Counter, Gauge, type Registry } from "prom-client";
 import { VERSION } from "../version.ts";
 
@@ -64,6 +71,12 @@ export function parseResidentBytes(text: string): number | undefined {
   return match === null ? undefined : Number(match[1]) * 1024;
 }
 
+/** User and system CPU time of every thread of the process, from `getrusage`. */
+function rusageCpuSeconds(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6;
+}
+
 function readText(path: string): string | undefined {
   try {
     return Deno.readTextFileSync(path);
@@ -73,8 +86,8 @@ function readText(path: string): string | undefined {
 }
 
 /**
- * Registers the process metrics (read at each scrape; absent where /proc is not) and
- * `kubernetes_build_info` on `registry`.
+ * Registers the process metrics (read at each scrape; from the runtime where /proc cannot be
+ * read, the virtual size then absent) and `kubernetes_build_info` on `registry`.
  */
 export function registerProcessMetrics(registry: Registry): void {
   const registers = [registry];
@@ -88,10 +101,8 @@ export function registerProcessMetrics(registry: Registry): void {
     help: "Total user and system CPU time spent in seconds.",
     registers,
     collect: function () {
-      const s = stat();
-      if (s === undefined) return;
       this.reset();
-      this.inc(s.cpuSeconds);
+      this.inc(stat()?.cpuSeconds ?? rusageCpuSeconds());
     },
   });
   new Gauge({
@@ -99,26 +110,31 @@ export function registerProcessMetrics(registry: Registry): void {
     help: "Resident memory size in bytes.",
     registers,
     collect: function () {
-      const bytes = parseResidentBytes(readText("/proc/self/status") ?? "");
-      if (bytes !== undefined) this.set(bytes);
+      const text = readText("/proc/self/status");
+      this.set(
+        (text === undefined ? undefined : parseResidentBytes(text)) ?? Deno.memoryUsage().rss,
+      );
     },
   });
-  new Gauge({
-    name: "process_virtual_memory_bytes",
-    help: "Virtual memory size in bytes.",
-    registers,
-    collect: function () {
-      const s = stat();
-      if (s !== undefined) this.set(s.virtualBytes);
-    },
-  });
-  const started = stat()?.startTimeSeconds;
+  const atStart = stat();
+  if (atStart !== undefined) {
+    new Gauge({
+      name: "process_virtual_memory_bytes",
+      help: "Virtual memory size in bytes.",
+      registers,
+      collect: function () {
+        const s = stat();
+        if (s !== undefined) this.set(s.virtualBytes);
+      },
+    });
+  }
+  const started = atStart?.startTimeSeconds ?? (Date.now() - performance.now()) / 1000;
   new Gauge({
     name: "process_start_time_seconds",
     help: "Start time of the process since unix epoch in seconds.",
     registers,
     collect: function () {
-      if (started !== undefined) this.set(started);
+      this.set(started);
     },
   });
   const [major, minor] = VERSION.split(".");
