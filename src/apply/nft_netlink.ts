@@ -349,7 +349,10 @@ export async function sendBatch(
     if (c.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, int(batch.length + (1 << 16)), 4) < 0) {
       throw errnoError(c, "cannot size the netlink send buffer");
     }
-    c.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, int(1 << 20), 4);
+    // The kernel queues every ack before the first is read (it applies the transaction inside
+    // the write): ~0.8 KB of receive buffer each (it doubles what is asked: 1 MB held ~2,700),
+    // or the answer is lost to ENOBUFS though the transaction committed.
+    c.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, int(Math.max(1 << 20, acks * 1024)), 4);
     c.setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, int(1), 4);
     const timeout = new BigInt64Array([30n, 0n]); // struct timeval: a commit takes < 1 s
     c.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, new Uint8Array(timeout.buffer), 16);
