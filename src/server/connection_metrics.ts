@@ -2,7 +2,8 @@
  * Metrics of the proxy's own HTTP servers and of its descriptors: connections held, evicted and
  * refused per server (`health`, `metrics`, `health-check`), accept errors, and Go's process
  * collector's `process_open_fds` / `process_max_fds` (which upstream kube-proxy exposes), so an
- * operator sees a flood and how close the process is to its limit.
+ * operator sees a flood and how close the process is to its limit (those two only where /proc
+ * can be read).
  *
  * @example
  * ```ts
@@ -52,24 +53,30 @@ export class ConnectionMetrics {
         for (const [server, n] of pool()?.sizes() ?? []) this.set({ server }, n);
       },
     });
-    new Gauge({
-      name: "process_open_fds",
-      help: "Number of open file descriptors.",
-      registers,
-      collect: function () {
-        const open = countOpenDescriptors();
-        if (open !== undefined) this.set(open);
-      },
-    });
-    new Gauge({
-      name: "process_max_fds",
-      help: "Maximum number of open file descriptors.",
-      registers,
-      collect: function () {
-        const limit = readDescriptorLimit()?.soft;
-        if (limit !== undefined && Number.isFinite(limit)) this.set(limit);
-      },
-    });
+    // Where /proc cannot be read (the image: Deno asks --allow-all for it) both are left out:
+    // a gauge never set would say 0 descriptors of 0.
+    if (countOpenDescriptors() !== undefined) {
+      new Gauge({
+        name: "process_open_fds",
+        help: "Number of open file descriptors.",
+        registers,
+        collect: function () {
+          const open = countOpenDescriptors();
+          if (open !== undefined) this.set(open);
+        },
+      });
+    }
+    if (readDescriptorLimit() !== undefined) {
+      new Gauge({
+        name: "process_max_fds",
+        help: "Maximum number of open file descriptors.",
+        registers,
+        collect: function () {
+          const limit = readDescriptorLimit()?.soft;
+          if (limit !== undefined && Number.isFinite(limit)) this.set(limit);
+        },
+      });
+    }
   }
 
   /** Where {@link ConnectionMetrics} reads the connections held, at each scrape. */
