@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { runWithPermissions } from "../../tests/run_with_permissions.ts";
 import { libcCandidates } from "./libc.ts";
 
 const LIBC = libcCandidates()[0];
@@ -20,19 +21,7 @@ async function openWith(permissions: string[]): Promise<string> {
     } catch (error) {
       console.log(error.message);
     }`;
-  // `deno eval` has every permission: a script run with exactly `permissions`.
-  const script = await Deno.makeTempFile({ prefix: "knp-libc-", suffix: ".ts" });
-  try {
-    await Deno.writeTextFile(script, code);
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "--no-prompt", "--no-config", ...permissions, script],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    return new TextDecoder().decode(out.stdout).trim();
-  } finally {
-    await Deno.remove(script);
-  }
+  return (await runWithPermissions(code, permissions)).stdout.trim();
 }
 
 Deno.test({

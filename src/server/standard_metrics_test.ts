@@ -10,6 +10,7 @@ import { ProxyMetrics, REST_CLIENT_DURATION_BUCKETS } from "./metrics.ts";
 import { parseBootTime, parseProcStat, parseResidentBytes } from "./process_metrics.ts";
 import { measuredFetch, observeApiProblems, observeApiRequests } from "../source/api_http.ts";
 import { connectApi } from "../source/api_connection.ts";
+import { runWithPermissions } from "../../tests/run_with_permissions.ts";
 
 /** The value of one sample line (`name{labels} value`) in an exposition, or undefined. */
 function sample(text: string, series: string): number | undefined {
@@ -150,28 +151,17 @@ Deno.test("without access to /proc (the image's permissions) the dashboard's CPU
     const until = performance.now() + 300;
     while (performance.now() < until) {}
     console.log(await new ProxyMetrics().text());`;
-  const script = await Deno.makeTempFile({ prefix: "knp-metrics-", suffix: ".ts" });
-  try {
-    await Deno.writeTextFile(script, code);
-    const config = new URL("../../deno.json", import.meta.url).pathname;
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "--no-prompt", "--config", config, "--allow-read=/tmp", "--allow-env", script],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(out.stdout);
-    assert.ok(out.success, new TextDecoder().decode(out.stderr));
-    const cpu = sample(text, "process_cpu_seconds_total")!;
-    assert.ok(cpu >= 0.25 && cpu < 5, `cpu ${cpu} s`);
-    const resident = sample(text, "process_resident_memory_bytes")!;
-    assert.ok(resident > 10 * 2 ** 20 && resident < 2 ** 30, `rss ${resident} B`);
-    const started = sample(text, "process_start_time_seconds")!;
-    assert.ok(Math.abs(started - Date.now() / 1000) < 60, `start ${started}`);
-    for (const name of ["process_virtual_memory_bytes", "process_open_fds", "process_max_fds"]) {
-      assert.ok(!text.includes(name), `${name}: absent, not 0`);
-    }
-  } finally {
-    await Deno.remove(script);
+  const out = await runWithPermissions(code, ["--allow-read=/tmp", "--allow-env"]);
+  const text = out.stdout;
+  assert.ok(out.success, out.stderr);
+  const cpu = sample(text, "process_cpu_seconds_total")!;
+  assert.ok(cpu >= 0.25 && cpu < 5, `cpu ${cpu} s`);
+  const resident = sample(text, "process_resident_memory_bytes")!;
+  assert.ok(resident > 10 * 2 ** 20 && resident < 2 ** 30, `rss ${resident} B`);
+  const started = sample(text, "process_start_time_seconds")!;
+  assert.ok(Math.abs(started - Date.now() / 1000) < 60, `start ${started}`);
+  for (const name of ["process_virtual_memory_bytes", "process_open_fds", "process_max_fds"]) {
+    assert.ok(!text.includes(name), `${name}: absent, not 0`);
   }
 });
 

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { ClusterFileError, type ParsedClusterFile } from "./cluster_file.ts";
 import { cutPoint, parseClusterBytes } from "./cluster_file_parse.ts";
+import { runWithPermissions } from "../../tests/run_with_permissions.ts";
 
 /** A Service document; `extra` lines go under metadata. */
 function service(name: string, port: number, extra = ""): string {
@@ -266,14 +267,9 @@ Deno.test("cutPoint() cuts at the first `---` line after the middle, and only th
 
 Deno.test("parseClusterBytes() parses on the main thread, bytes intact, where no worker starts", async () => {
   // Without read access to the worker's module (as in a binary compiled without --include).
-  const dir = await Deno.makeTempDir({ prefix: "knp-yaml-fallback-" });
-  try {
-    const script = `${dir}/parse.ts`;
-    await Deno.writeTextFile(
-      script,
-      `import { parseClusterBytes } from ${
-        JSON.stringify(import.meta.resolve("./cluster_file_parse.ts"))
-      };
+  const code = `import { parseClusterBytes } from ${
+    JSON.stringify(import.meta.resolve("./cluster_file_parse.ts"))
+  };
 const text = ${JSON.stringify(stream(mixedFile(20)))};
 for (const splitAbove of [Infinity, 0]) {
   const parsed = await parseClusterBytes(new TextEncoder().encode(text), {
@@ -281,24 +277,15 @@ for (const splitAbove of [Infinity, 0]) {
   });
   console.log(JSON.stringify([[...parsed.objects], parsed.skipped]));
 }
-`,
-    );
-    const config = new URL("../../deno.json", import.meta.url).pathname;
-    const { code, stdout } = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "--no-prompt", "--config", config, script],
-      stdout: "piped",
-      stderr: "null",
-    }).output();
-    assert.equal(code, 0);
-    const lines = new TextDecoder().decode(stdout).trim().split("\n");
-    assert.equal(lines.length, 3);
-    assert.match(lines[0], /^cannot start a worker to parse cluster files \(Requires read access/);
-    const expected = await outcome(stream(mixedFile(20)), Infinity);
-    assert.ok(!("error" in expected));
-    for (const line of lines.slice(1)) {
-      assert.deepEqual(JSON.parse(line), [expected.objects, expected.skipped]);
-    }
-  } finally {
-    await Deno.remove(dir, { recursive: true });
+`;
+  const { code: exitCode, stdout } = await runWithPermissions(code, []);
+  assert.equal(exitCode, 0);
+  const lines = stdout.trim().split("\n");
+  assert.equal(lines.length, 3);
+  assert.match(lines[0], /^cannot start a worker to parse cluster files \(Requires read access/);
+  const expected = await outcome(stream(mixedFile(20)), Infinity);
+  assert.ok(!("error" in expected));
+  for (const line of lines.slice(1)) {
+    assert.deepEqual(JSON.parse(line), [expected.objects, expected.skipped]);
   }
 });
