@@ -13,6 +13,7 @@
 import type { IPFamily } from "../model/service_port.ts";
 import { CANARY, NAT } from "../render/iptables/names.ts";
 import { JUMP_RULES, jumpRuleSpec, listingHasJump } from "../render/iptables/reconcile.ts";
+import { nftFamilyOf } from "../render/nft/transaction.ts";
 import {
   IptablesApplyError,
   type IptablesBackend,
@@ -98,7 +99,7 @@ export async function iptablesNftRulesIntactNetlink(
   families: readonly IPFamily[],
 ): Promise<boolean> {
   for (const family of families) {
-    const nftFamily = family === "IPv6" ? "ip6" : "ip";
+    const nftFamily = nftFamilyOf(family);
     if (!(await chainExists(nftFamily, "mangle", CANARY))) return false;
     for (const jump of SERVICE_JUMPS) {
       const rules = await dumpRules(nftFamily, jump.table, jump.chain);

@@ -65,6 +65,7 @@ export class ServiceConnectionsText {
     }
     const lines: string[] = [HEADER];
     const before = this.#lastPorts;
+    const seriesNow: string[] = [];
     for (let i = 0; i < totals.length; i++) {
       const t = totals[i];
       // The same port at the same place as last time (the usual scrape): its series as then.
@@ -82,11 +83,11 @@ export class ServiceConnectionsText {
           this.#series.set(key, series);
         }
       }
+      seriesNow.push(series);
       lines.push(series, `${t.connections}\n`);
     }
     this.#lastPorts = totals;
-    this.#lastSeries = [];
-    for (let i = 1; i < lines.length; i += 2) this.#lastSeries.push(lines[i]);
+    this.#lastSeries = seriesNow;
     this.#last = lines.join("");
     return this.#last;
   }
