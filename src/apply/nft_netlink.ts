@@ -15,7 +15,7 @@
  * @module
  */
 import { canOpen, errnoName, lastErrno, libcOpener } from "./libc.ts";
-import { Slices } from "../source/slices.ts";
+import { Slices } from "../slices.ts";
 
 /** One element as the kernel dumps it. */
 export interface KernelElement {

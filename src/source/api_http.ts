@@ -5,7 +5,7 @@
  * @module
  */
 import { concatBytes, formatBytes } from "../bounded_read.ts";
-import { Slices } from "./slices.ts";
+import { Slices } from "../slices.ts";
 
 /** The API server answered with an error status (HTTP status or a watch `ERROR` event). */
 export class ApiStatusError extends Error {

@@ -24,7 +24,7 @@ import {
   type ParsedClusterFile,
 } from "./cluster_file.ts";
 import { parseClusterBytes } from "./cluster_file_parse.ts";
-import { DEFAULT_SLICE_MS, Slices } from "./slices.ts";
+import { DEFAULT_SLICE_MS, Slices } from "../slices.ts";
 
 export { ClusterFileError, parseClusterFile };
 export type { ClusterObject, ParsedClusterFile };

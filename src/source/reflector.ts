@@ -50,7 +50,7 @@ import {
   DEFAULT_MAX_LIST_BYTES,
   type ReflectorOptions,
 } from "./reflector_options.ts";
-import { Slices } from "./slices.ts";
+import { Slices } from "../slices.ts";
 import {
   BadWatchEventError,
   initialEventsEnd,
